@@ -1,0 +1,68 @@
+# One shape for every HTTP error the daemon and its simulators answer with, so clients parse one
+# thing: {"error": "<what is wrong>", "detail": <field path, value or list of problems>}.
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+T = TypeVar("T")
+
+
+class JSONResponse(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return msgspec.json.encode(content)
+
+
+class HTTPError(Exception):
+    """Raise from a route to answer `status` with {"error": message, "detail": detail}."""
+
+    def __init__(self, status: int, message: str, detail: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.detail = detail
+
+
+def error_response(status: int, message: str, detail: Any = None) -> JSONResponse:
+    return JSONResponse({"error": message, "detail": detail}, status_code=status)
+
+
+async def read_json_body(request: Request, type_: type[T], *, empty_ok: bool = True) -> T:
+    """Decode the request body into `type_` or raise HTTPError(400/422) naming the field."""
+    body = await request.body()
+    if not body.strip():
+        if empty_ok:
+            body = b"{}"
+        else:
+            raise HTTPError(400, "request body is required")
+    try:
+        return msgspec.json.decode(body, type=type_)
+    except msgspec.ValidationError as exc:
+        raise HTTPError(422, "invalid request body", str(exc)) from None
+    except msgspec.DecodeError as exc:
+        raise HTTPError(400, "request body is not valid JSON", str(exc)) from None
+
+
+async def handle_http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPError)
+    return error_response(exc.status, exc.message, exc.detail)
+
+
+def decode_query_int(request: Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise HTTPError(400, f"query parameter {name!r} must be an integer", {name: raw}) from None
+    if not lo <= value <= hi:
+        raise HTTPError(
+            400, f"query parameter {name!r} must be between {lo} and {hi}", {name: value}
+        )
+    return value

@@ -1,0 +1,409 @@
+# config.toml decodes into one immutable value: frozen msgspec Structs that reject unknown keys.
+# msgspec reports the key path of a bad value (`$.collector.tasks[2].date_field`); cross-field
+# checks (unique ids, references between sections) raise the same ConfigError with a path, so a
+# user always learns which key in which file is wrong. Reload builds a whole new Config and diffs
+# it against the running one before anything changes (see `diff`).
+#
+# Secrets never live in the file: options ending in `_env` name the environment variable that
+# holds the secret, and `resolve_secret` reads it when a component starts.
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+
+class ConfigError(Exception):
+    """A config file that cannot be used; the message names the file and the key path."""
+
+
+class Duration(float):
+    """Seconds; in the file a number or a string like "500ms", "15s", "10m", "24h", "7d"."""
+
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+
+
+def parse_duration(value: object) -> Duration:
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration like '10m', got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str) and (m := _DURATION_RE.match(value)):
+        seconds = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+    else:
+        raise ValueError(f"expected a duration like '10m', '15s' or '24h', got {value!r}")
+    if seconds < 0:
+        raise ValueError(f"a duration cannot be negative, got {value!r}")
+    return Duration(seconds)
+
+
+def _dec_hook(type_: type, obj: Any) -> Any:
+    if type_ is Duration:
+        return parse_duration(obj)
+    raise NotImplementedError
+
+
+def _enc_hook(obj: Any) -> Any:
+    if isinstance(obj, Duration):
+        return float(obj)
+    raise NotImplementedError
+
+
+class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class DaemonConfig(_Section, frozen=True):
+    state_dir: str = "state"
+    """Where crawld.db (and its -wal/-shm files) live; relative paths are relative to the config
+    file. Under systemd, $STATE_DIRECTORY overrides it."""
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    shutdown_timeout: Duration = Duration(20)
+    max_restarts: int = 5
+    """A component that fails this many times within `restart_window` ends the process."""
+    restart_window: Duration = Duration(300)
+    restart_backoff_max: Duration = Duration(30)
+
+    def __post_init__(self) -> None:
+        if self.max_restarts < 1:
+            raise ValueError("max_restarts must be at least 1")
+
+
+class HttpConfig(_Section, frozen=True):
+    bind: str = "127.0.0.1:8700"
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        host, sep, port = self.bind.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError(f"bind must be 'host:port', got {self.bind!r}")
+
+
+class StoreConfig(_Section, frozen=True):
+    synchronous: Literal["normal", "full"] = "normal"
+    """WAL + NORMAL never corrupts and survives a crash of crawld; only a power loss can roll back
+    the last commits (each outbox item is then re-sent, never lost upstream of it). Choose "full"
+    to fsync every commit."""
+    busy_timeout: Duration = Duration(5)
+    group_commit_max: int = 256
+    """Most write jobs merged into one transaction by the single writer."""
+
+    def __post_init__(self) -> None:
+        if self.group_commit_max < 1:
+            raise ValueError("group_commit_max must be at least 1")
+
+
+class BrokerConfig(_Section, frozen=True):
+    kind: Literal["embedded", "amqp"] = "embedded"
+    url: str = "amqp://guest@127.0.0.1:5672/"
+    """AMQP URL without the password; the password comes from `password_env`."""
+    password_env: str | None = None
+    queue: str = "job_data"
+    queue_type: Literal["classic", "quorum"] = "classic"
+    message_ttl_ms: int = 604_800_000
+    confirm_window: int = 500
+    """Messages published before their confirms are awaited (one outbox batch)."""
+    reconnect_max: Duration = Duration(30)
+
+    def __post_init__(self) -> None:
+        if self.kind == "amqp" and not self.url.startswith(("amqp://", "amqps://")):
+            raise ValueError(f"url must start with amqp:// or amqps://, got {self.url!r}")
+        if self.message_ttl_ms < 0:
+            raise ValueError("message_ttl_ms cannot be negative")
+        if not 1 <= self.confirm_window <= 10_000:
+            raise ValueError("confirm_window must be between 1 and 10000")
+
+
+WebhookEvent = Literal[
+    "started", "page", "completed", "failed",
+    "crawl.started", "crawl.page", "crawl.completed", "crawl.failed",
+]  # fmt: skip
+
+_MANAGED_HEADER_PREFIXES = ("x-firecrawl-", "webhook-")
+_MANAGED_HEADERS = {"content-type", "content-length", "host"}
+
+
+class WebhookSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Firecrawl v2 `webhook` object; a bare URL string is accepted where this is."""
+
+    url: str
+    headers: dict[str, str] = {}
+    metadata: dict[str, str] = {}
+    events: list[WebhookEvent] = []
+
+    def __post_init__(self) -> None:
+        check_webhook_url(self.url)
+        for name in self.headers:
+            lowered = name.lower()
+            if lowered in _MANAGED_HEADERS or lowered.startswith(_MANAGED_HEADER_PREFIXES):
+                raise ValueError(f"header {name!r} is managed by crawld and cannot be set")
+
+
+def check_webhook_url(url: str) -> None:
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise ValueError(f"webhook url must be an http:// or https:// URL, got {url!r}")
+
+
+def webhook_spec(value: str | WebhookSpec | None) -> WebhookSpec | None:
+    """Normalise the string form of a webhook to a WebhookSpec."""
+    if isinstance(value, str):
+        check_webhook_url(value)
+        return WebhookSpec(url=value)
+    return value
+
+
+class AccountConfig(_Section, frozen=True):
+    name: str
+    base_url: str = "https://openapi.octoparse.com"
+    username: str | None = None
+    password_env: str | None = None
+    api_key_env: str | None = None
+    """Use an `x-api-key` (op_sk_…) instead of username/password tokens."""
+    rate_limit: float = 20.0
+    """Requests per second for all tasks of this account (Octoparse allows 20 per IP)."""
+    timeout: Duration = Duration(30)
+
+    def __post_init__(self) -> None:
+        if not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must be an http(s) URL, got {self.base_url!r}")
+        if self.api_key_env is None and (self.username is None or self.password_env is None):
+            raise ValueError("set api_key_env, or both username and password_env")
+        if self.rate_limit <= 0:
+            raise ValueError("rate_limit must be positive")
+
+
+class TaskConfig(_Section, frozen=True):
+    id: str
+    """Our name for the task: used in the API, logs, message headers and message ids."""
+    account: str
+    task_id: str
+    """The Octoparse taskId."""
+    date_field: str
+    date_formats: list[str] = []
+    timezone: str = "Asia/Shanghai"
+    filter_days: float | None = None
+    missing_date: Literal["drop", "keep"] = "drop"
+    interval: Duration | None = None
+    enabled: bool = True
+    paging: Literal["backward", "forward"] = "backward"
+    batch_size: int | None = None
+    ttl_from: Literal["fixed", "record"] = "fixed"
+    webhook: str | WebhookSpec | None = None
+
+    def __post_init__(self) -> None:
+        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", self.id):
+            raise ValueError(f"id must be 1-64 letters, digits, '.', '_' or '-', got {self.id!r}")
+        if self.batch_size is not None and not 1 <= self.batch_size <= 1000:
+            raise ValueError("batch_size must be between 1 and 1000")
+        if self.filter_days is not None and self.filter_days <= 0:
+            raise ValueError("filter_days must be positive")
+        if isinstance(self.webhook, str):
+            check_webhook_url(self.webhook)
+        _check_timezone(self.timezone)
+
+
+def _check_timezone(name: str) -> None:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown timezone {name!r}") from None
+
+
+class CollectorConfig(_Section, frozen=True):
+    enabled: bool = True
+    auto_start: bool = True
+    filter_days: float = 7
+    max_expired_batches: int = 3
+    batch_size: int = 100
+    interval: Duration = Duration(600)
+    max_pending: int = 20_000
+    """Rows a task may leave in the outbox before its crawler waits for the drainer."""
+    accounts: list[AccountConfig] = []
+    tasks: list[TaskConfig] = []
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.batch_size <= 1000:
+            raise ValueError("batch_size must be between 1 and 1000")
+        if self.max_expired_batches < 1:
+            raise ValueError("max_expired_batches must be at least 1")
+        if self.filter_days <= 0:
+            raise ValueError("filter_days must be positive")
+
+
+class TrackerConfig(_Section, frozen=True):
+    enabled: bool = False
+
+
+class JobsConfig(_Section, frozen=True):
+    store: bool = True
+    """Keep webhook events in the durable outbox; false keeps them in a bounded memory queue."""
+    ttl: Duration = Duration(86400)
+    memory_queue_size: int = 1000
+
+
+class WebhooksConfig(_Section, frozen=True):
+    secret_env: str | None = None
+    """Environment variable holding the HMAC secret; without it requests are not signed."""
+    timeout: Duration = Duration(10)
+    retry_schedule: list[Duration] = msgspec.field(
+        default_factory=lambda: [Duration(s) for s in (5, 60, 300, 900, 3600)]
+    )
+    """Waits before each retry of a failed webhook request; its length is the number of retries."""
+    per_host_concurrency: int = 8
+    allow_cidrs: list[str] = []
+    """Networks a webhook may reach although they are private (e.g. "127.0.0.0/8" for a local
+    receiver)."""
+
+    def __post_init__(self) -> None:
+        for cidr in self.allow_cidrs:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise ValueError(f"allow_cidrs: {cidr!r} is not a network") from None
+        if self.per_host_concurrency < 1:
+            raise ValueError("per_host_concurrency must be at least 1")
+
+
+class Config(_Section, frozen=True):
+    daemon: DaemonConfig = DaemonConfig()
+    http: HttpConfig = HttpConfig()
+    store: StoreConfig = StoreConfig()
+    broker: BrokerConfig = BrokerConfig()
+    collector: CollectorConfig = CollectorConfig()
+    tracker: TrackerConfig = TrackerConfig()
+    jobs: JobsConfig = JobsConfig()
+    webhooks: WebhooksConfig = WebhooksConfig()
+    source: str = ""
+    """The file this value was read from (set by `load`, not written in the file)."""
+
+
+def _check_references(config: Config) -> None:
+    accounts = {}
+    for i, account in enumerate(config.collector.accounts):
+        if account.name in accounts:
+            raise ValueError(
+                f"duplicate account name {account.name!r} - at `$.collector.accounts[{i}].name`"
+            )
+        accounts[account.name] = account
+    seen: set[str] = set()
+    for i, task in enumerate(config.collector.tasks):
+        path = f"$.collector.tasks[{i}]"
+        if task.id in seen:
+            raise ValueError(f"duplicate task id {task.id!r} - at `{path}.id`")
+        seen.add(task.id)
+        if task.account not in accounts:
+            raise ValueError(f"unknown account {task.account!r} - at `{path}.account`")
+
+
+def decode(text: str | bytes, source: str = "<string>") -> Config:
+    """Decode and validate config text; raise ConfigError naming `source` and the key path."""
+    try:
+        config = msgspec.toml.decode(text, type=Config, dec_hook=_dec_hook)
+        if config.source:
+            raise ValueError(
+                "`source` is set by crawld and cannot be written in the file - at `$.source`"
+            )
+        _check_references(config)
+    except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return msgspec.structs.replace(config, source=source)
+
+
+def load(path: str | os.PathLike[str]) -> Config:
+    """Read and validate a config file."""
+    try:
+        text = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    return decode(text, source=str(path))
+
+
+def state_dir(config: Config) -> Path:
+    """The state directory: $STATE_DIRECTORY under systemd, else relative to the config file."""
+    if env := os.environ.get("STATE_DIRECTORY"):
+        return Path(env.split(":")[0])
+    path = Path(config.daemon.state_dir)
+    if not path.is_absolute() and config.source and not config.source.startswith("<"):
+        path = Path(config.source).resolve().parent / path
+    return path
+
+
+def resolve_secret(env_name: str | None, key_path: str) -> str | None:
+    """The secret held by environment variable `env_name`; ConfigError if it is named but unset."""
+    if env_name is None:
+        return None
+    value = os.environ.get(env_name)
+    if value is None:
+        raise ConfigError(f"environment variable {env_name} (named at `{key_path}`) is not set")
+    return value
+
+
+def to_builtins(value: Any) -> Any:
+    return msgspec.to_builtins(value, enc_hook=_enc_hook)
+
+
+class ConfigDiff(msgspec.Struct, frozen=True):
+    tasks_added: list[str]
+    tasks_removed: list[str]
+    tasks_changed: list[str]
+    sections_changed: list[str]
+
+    @property
+    def empty(self) -> bool:
+        return not (
+            self.tasks_added or self.tasks_removed or self.tasks_changed or self.sections_changed
+        )
+
+    def summary(self) -> str:
+        if self.empty:
+            return "no changes"
+        parts = []
+        for label, items in (
+            ("tasks added", self.tasks_added),
+            ("tasks removed", self.tasks_removed),
+            ("tasks changed", self.tasks_changed),
+            ("sections changed", self.sections_changed),
+        ):
+            if items:
+                parts.append(f"{label}: {', '.join(items)}")
+        return "; ".join(parts)
+
+
+def diff(old: Config, new: Config) -> ConfigDiff:
+    """What changed between two configs: tasks by id, other sections by name."""
+    old_tasks = {t.id: t for t in old.collector.tasks}
+    new_tasks = {t.id: t for t in new.collector.tasks}
+    old_accounts = {a.name: a for a in old.collector.accounts}
+    new_accounts = {a.name: a for a in new.collector.accounts}
+    changed = [
+        tid
+        for tid, task in new_tasks.items()
+        if tid in old_tasks
+        and (
+            task != old_tasks[tid]
+            or old_accounts.get(task.account) != new_accounts.get(task.account)
+        )
+    ]
+    sections = [
+        name
+        for name in ("daemon", "http", "store", "broker", "tracker", "jobs", "webhooks")
+        if getattr(old, name) != getattr(new, name)
+    ]
+    old_collector = msgspec.structs.replace(old.collector, accounts=[], tasks=[])
+    new_collector = msgspec.structs.replace(new.collector, accounts=[], tasks=[])
+    if old_collector != new_collector:
+        sections.append("collector")
+    return ConfigDiff(
+        tasks_added=[t for t in new_tasks if t not in old_tasks],
+        tasks_removed=[t for t in old_tasks if t not in new_tasks],
+        tasks_changed=changed,
+        sections_changed=sections,
+    )

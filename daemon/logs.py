@@ -1,0 +1,101 @@
+# Logs go to stderr, one line per record, so journald stores each line at the right level when
+# every line (tracebacks included) starts with a `<N>` syslog priority. Context travels as
+# `key=value` pairs (component=, task=, job=) that `journalctl -g` can find.
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+from typing import Any
+
+_PRIORITY = {
+    logging.CRITICAL: 2,
+    logging.ERROR: 3,
+    logging.WARNING: 4,
+    logging.INFO: 6,
+    logging.DEBUG: 7,
+}
+
+
+def syslog_priority(levelno: int) -> int:
+    for level in (logging.CRITICAL, logging.ERROR, logging.WARNING, logging.INFO):
+        if levelno >= level:
+            return _PRIORITY[level]
+    return 7
+
+
+def format_context(context: dict[str, Any]) -> str:
+    parts = []
+    for key, value in context.items():
+        if value is None:
+            continue
+        text = str(value)
+        if not text or any(c in text for c in ' "=\n'):
+            text = '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+        parts.append(f"{key}={text}")
+    return " ".join(parts)
+
+
+class JournalFormatter(logging.Formatter):
+    """`<N>logger: message key=value …`, with every traceback line prefixed too."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        prefix = f"<{syslog_priority(record.levelno)}>"
+        message = record.getMessage()
+        context = getattr(record, "ctx", None)
+        if context:
+            message = f"{message} {format_context(context)}"
+        lines = [f"{record.name}: {message}"]
+        if record.exc_info:
+            lines.extend(
+                line
+                for chunk in traceback.format_exception(*record.exc_info)
+                for line in chunk.rstrip("\n").split("\n")
+            )
+        return "\n".join(prefix + line for line in lines)
+
+
+def setup_logging(level: str = "info") -> None:
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if getattr(handler, "_crawld", False):
+            root.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JournalFormatter())
+    handler._crawld = True  # type: ignore[attr-defined]
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+
+
+class ContextLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """A logger whose calls take context as keyword arguments: log.info("msg", task="x")."""
+
+    def _log_with(
+        self, level: int, msg: str, args: Any, exc_info: Any, ctx: dict[str, Any]
+    ) -> None:
+        if self.logger.isEnabledFor(level):
+            merged = {**(self.extra or {}), **ctx}
+            self.logger.log(level, msg, *args, exc_info=exc_info, extra={"ctx": merged})
+
+    def debug(self, msg: str, *args: Any, exc_info: Any = None, **ctx: Any) -> None:  # type: ignore[override]
+        self._log_with(logging.DEBUG, msg, args, exc_info, ctx)
+
+    def info(self, msg: str, *args: Any, exc_info: Any = None, **ctx: Any) -> None:  # type: ignore[override]
+        self._log_with(logging.INFO, msg, args, exc_info, ctx)
+
+    def warning(self, msg: str, *args: Any, exc_info: Any = None, **ctx: Any) -> None:  # type: ignore[override]
+        self._log_with(logging.WARNING, msg, args, exc_info, ctx)
+
+    def error(self, msg: str, *args: Any, exc_info: Any = None, **ctx: Any) -> None:  # type: ignore[override]
+        self._log_with(logging.ERROR, msg, args, exc_info, ctx)
+
+    def exception(self, msg: str, *args: Any, exc_info: Any = True, **ctx: Any) -> None:  # type: ignore[override]
+        self._log_with(logging.ERROR, msg, args, exc_info, ctx)
+
+    def critical(self, msg: str, *args: Any, exc_info: Any = None, **ctx: Any) -> None:  # type: ignore[override]
+        self._log_with(logging.CRITICAL, msg, args, exc_info, ctx)
+
+
+def get_logger(name: str, **context: Any) -> ContextLogger:
+    """A logger named `crawld.<name>` whose records carry `context` as key=value pairs."""
+    return ContextLogger(logging.getLogger(f"crawld.{name}"), context)
