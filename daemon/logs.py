@@ -67,7 +67,7 @@ def setup_logging(level: str = "info") -> None:
     root.setLevel(level.upper())
 
 
-class ContextLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+class ContextLogger(logging.LoggerAdapter[logging.Logger]):
     """A logger whose calls take context as keyword arguments: log.info("msg", task="x")."""
 
     def _log_with(
