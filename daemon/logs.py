@@ -24,14 +24,22 @@ def syslog_priority(levelno: int) -> int:
     return 7
 
 
+def _escape(char: str) -> str:
+    # Control characters are escaped, not passed through: journalctl shows a message holding one
+    # as "[N B blob data]" instead of its text.
+    if char in '\\"':
+        return "\\" + char
+    return char if char.isprintable() else ascii(char)[1:-1]
+
+
 def format_context(context: dict[str, Any]) -> str:
     parts = []
     for key, value in context.items():
         if value is None:
             continue
         text = str(value)
-        if not text or any(c in text for c in ' "=\n'):
-            text = '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+        if not text or any(c in '"=' or c.isspace() or not c.isprintable() for c in text):
+            text = '"' + "".join(map(_escape, text)) + '"'
         parts.append(f"{key}={text}")
     return " ".join(parts)
 
@@ -45,13 +53,16 @@ class JournalFormatter(logging.Formatter):
         context = getattr(record, "ctx", None)
         if context:
             message = f"{message} {format_context(context)}"
-        lines = [f"{record.name}: {message}"]
+        # journald makes one entry of every line, so each line gets the prefix.
+        lines = f"{record.name}: {message}".split("\n")
         if record.exc_info:
             lines.extend(
                 line
                 for chunk in traceback.format_exception(*record.exc_info)
                 for line in chunk.rstrip("\n").split("\n")
             )
+        if record.stack_info:
+            lines.extend(self.formatStack(record.stack_info).split("\n"))
         return "\n".join(prefix + line for line in lines)
 
 
@@ -75,7 +86,10 @@ class ContextLogger(logging.LoggerAdapter[logging.Logger]):
     ) -> None:
         if self.logger.isEnabledFor(level):
             merged = {**(self.extra or {}), **ctx}
-            self.logger.log(level, msg, *args, exc_info=exc_info, extra={"ctx": merged})
+            # stacklevel=3 skips this method and the public one: records point at the caller.
+            self.logger.log(
+                level, msg, *args, exc_info=exc_info, extra={"ctx": merged}, stacklevel=3
+            )
 
     def debug(self, msg: str, *args: Any, exc_info: Any = None, **ctx: Any) -> None:  # type: ignore[override]
         self._log_with(logging.DEBUG, msg, args, exc_info, ctx)

@@ -28,8 +28,8 @@ async def serve_app(
     config.bind = [bind]
     config.graceful_timeout = graceful_timeout
     config.accesslog = None
-    config.errorlog = get_logger(f"{name}.server")  # type: ignore[assignment]
-    stop = shutdown or trio.Event()
+    config.errorlog = get_logger(f"{name}.server").logger
+    stop = shutdown if shutdown is not None else trio.Event()
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(
             functools.partial(serve, app, config, shutdown_trigger=stop.wait)

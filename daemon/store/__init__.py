@@ -1,0 +1,252 @@
+# One SQLite file in WAL mode, reached through APSW, shared by every part of the daemon.
+#
+# Why this shape:
+# - SQLite allows one writer at a time, so the daemon has exactly one write connection, owned by a
+#   writer task. Callers hand it small functions (`await store.write(fn)`); the writer takes every
+#   job that is waiting (up to `group_commit_max`) and runs them in ONE transaction, each inside its
+#   own savepoint. Under load that turns hundreds of fsync-bound commits into one (group commit),
+#   while a job that raises only rolls back its own savepoint and gets its own exception.
+# - SQLite calls block, so they never run on the trio thread: the writer and the readers run their
+#   work in worker threads through trio.to_thread with the store's own CapacityLimiter, so the HTTP
+#   layer's threads cannot starve the store (and the other way round).
+# - Readers use separate connections; WAL gives them a consistent snapshot while the writer works.
+# - Migrations are numbered .sql files applied by `user_version` in one transaction at open.
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import apsw
+import apsw.bestpractice
+import trio
+
+from daemon.logs import get_logger
+
+T = TypeVar("T")
+log = get_logger("store")
+
+APPLICATION_ID = 0x63726C64  # "crld"
+
+apsw.bestpractice.apply(
+    (
+        apsw.bestpractice.connection_wal,
+        apsw.bestpractice.connection_enable_foreign_keys,
+        apsw.bestpractice.connection_dqs,
+        apsw.bestpractice.connection_recursive_triggers,
+    )
+)
+
+
+class StoreClosed(Exception):
+    """The store was closed while a caller still wanted it."""
+
+
+@dataclass
+class _WriteJob:
+    fn: Callable[[apsw.Connection], Any]
+    done: trio.Event = field(default_factory=trio.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+
+@dataclass
+class StoreStats:
+    transactions: int = 0
+    write_jobs: int = 0
+    write_errors: int = 0
+    largest_group: int = 0
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """(version, name, sql) of every migration shipped in daemon/store/migrations, in order."""
+    folder = resources.files("daemon.store").joinpath("migrations")
+    found = []
+    for entry in folder.iterdir():
+        name = entry.name
+        if name.endswith(".sql"):
+            found.append((int(name.split("_", 1)[0]), name, entry.read_text(encoding="utf-8")))
+    found.sort()
+    for expected, (version, name, _) in enumerate(found, start=1):
+        if version != expected:
+            raise RuntimeError(f"migration {name} is out of sequence (expected {expected:04d}_…)")
+    return found
+
+
+def _configure(conn: apsw.Connection, synchronous: str, busy_timeout_s: float) -> None:
+    conn.setbusytimeout(int(busy_timeout_s * 1000))
+    conn.execute("pragma journal_mode=wal")
+    conn.execute(f"pragma synchronous={synchronous}")
+    conn.execute("pragma foreign_keys=on")
+
+
+def migrate(conn: apsw.Connection) -> int:
+    """Apply pending migrations in one transaction; return the schema version."""
+    steps = migrations()
+    with conn:
+        current = one(conn, "pragma user_version")[0]
+        latest = steps[-1][0] if steps else 0
+        if current > latest:
+            raise RuntimeError(
+                f"database schema version {current} is newer than this crawld ({latest})"
+            )
+        for version, name, sql in steps:
+            if version > current:
+                log.info("applying migration", migration=name)
+                conn.execute(sql)
+        conn.execute(f"pragma user_version={latest}")
+        conn.execute(f"pragma application_id={APPLICATION_ID}")
+    return latest
+
+
+class Store:
+    """The daemon's database: `await write(fn)` and `await read(fn)` with fn(conn) -> value."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        synchronous: str = "normal",
+        busy_timeout: float = 5.0,
+        group_commit_max: int = 256,
+        readers: int = 2,
+    ) -> None:
+        self.path = path
+        self.synchronous = synchronous
+        self.busy_timeout = busy_timeout
+        self.group_commit_max = group_commit_max
+        self.stats = StoreStats()
+        self.schema_version = 0
+        self._writer = self._connect()
+        self._write_send, self._write_recv = trio.open_memory_channel[_WriteJob](
+            group_commit_max * 4
+        )
+        self._readers = [self._connect() for _ in range(readers)]
+        self._reader_limiter = trio.CapacityLimiter(readers)
+        self._writer_limiter = trio.CapacityLimiter(1)
+        self._closed = False
+
+    def _connect(self) -> apsw.Connection:
+        conn = apsw.Connection(str(self.path), statementcachesize=256)
+        _configure(conn, self.synchronous, self.busy_timeout)
+        return conn
+
+    async def write(self, fn: Callable[[apsw.Connection], T]) -> T:
+        """Run fn(conn) in the writer's next transaction; its return value or exception comes back.
+
+        The transaction commits before this returns. Cancelling the caller does not undo a write
+        that was already handed to the writer.
+        """
+        if self._closed:
+            raise StoreClosed("store is closed")
+        job = _WriteJob(fn)
+        await self._write_send.send(job)
+        await job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.result
+
+    async def read(self, fn: Callable[[apsw.Connection], T]) -> T:
+        """Run fn(conn) on a reader connection (a consistent WAL snapshot per call)."""
+        if self._closed:
+            raise StoreClosed("store is closed")
+        async with self._reader_limiter:
+            conn = self._readers.pop()
+            try:
+                return await trio.to_thread.run_sync(_read_tx, conn, fn)
+            finally:
+                self._readers.append(conn)
+
+    async def run_writer(self) -> None:
+        """The writer loop; runs until the write channel closes."""
+        async for first in self._write_recv:
+            batch = [first]
+            while len(batch) < self.group_commit_max:
+                try:
+                    batch.append(self._write_recv.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+            await trio.to_thread.run_sync(self._commit_group, batch, limiter=self._writer_limiter)
+            for job in batch:
+                job.done.set()
+
+    def _commit_group(self, batch: list[_WriteJob]) -> None:
+        conn = self._writer
+        self.stats.transactions += 1
+        self.stats.write_jobs += len(batch)
+        self.stats.largest_group = max(self.stats.largest_group, len(batch))
+        try:
+            with conn:
+                for job in batch:
+                    try:
+                        with conn:  # a savepoint: only this job rolls back on error
+                            job.result = job.fn(conn)
+                    except Exception as exc:
+                        job.error = exc
+                        self.stats.write_errors += 1
+        except Exception as exc:  # the commit itself failed: nothing in the group is stored
+            log.error("write transaction failed", error=str(exc), jobs=len(batch))
+            for job in batch:
+                if job.error is None:
+                    job.error = exc
+                    job.result = None
+            self.stats.write_errors += len(batch)
+
+    def open(self) -> None:
+        self.schema_version = migrate(self._writer)
+
+    def close(self) -> None:
+        self._closed = True
+        with contextlib.suppress(apsw.Error):
+            self._writer.execute("pragma optimize")
+        for conn in [self._writer, *self._readers]:
+            conn.close()
+
+
+def _read_tx(conn: apsw.Connection, fn: Callable[[apsw.Connection], T]) -> T:
+    with conn:
+        result = fn(conn)
+    return result
+
+
+def one(conn: apsw.Connection, sql: str, bindings: tuple[Any, ...] = ()) -> Any:
+    """The first row of a query that always returns one (aggregates, RETURNING, pragmas)."""
+    row = conn.execute(sql, bindings).fetchone()
+    if row is None:
+        raise LookupError(f"query returned no row: {sql}")
+    return row
+
+
+@contextlib.asynccontextmanager
+async def open_store(
+    path: str | os.PathLike[str],
+    *,
+    synchronous: str = "normal",
+    busy_timeout: float = 5.0,
+    group_commit_max: int = 256,
+) -> AsyncIterator[Store]:
+    """Open (creating and migrating as needed) the database and run its writer until exit."""
+    db_path = Path(path)
+    await trio.to_thread.run_sync(lambda: db_path.parent.mkdir(parents=True, exist_ok=True))
+    store = await trio.to_thread.run_sync(
+        lambda: Store(
+            db_path,
+            synchronous=synchronous,
+            busy_timeout=busy_timeout,
+            group_commit_max=group_commit_max,
+        )
+    )
+    try:
+        await trio.to_thread.run_sync(store.open)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(store.run_writer)
+            try:
+                yield store
+            finally:
+                store._write_send.close()
+    finally:
+        await trio.to_thread.run_sync(store.close)

@@ -1,0 +1,135 @@
+# The daemon's HTTP API is a list of `ApiRoute`s: each names its method, path, handler and the
+# msgspec types of its body, query and answer. One list feeds both Starlette's router and
+# /openapi.json, so the document cannot drift from the routes. Areas (control, collector, jobs,
+# tracker) each contribute `routes(daemon)` from their own module.
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from daemon import __version__
+from daemon.api.errors import HTTPError, JSONResponse, error_response, handle_http_error
+from daemon.logs import get_logger
+
+if TYPE_CHECKING:
+    from daemon.app import Daemon
+
+log = get_logger("http")
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class QueryParam:
+    name: str
+    description: str
+    type: str = "string"
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class ApiRoute:
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    body: type | None = None
+    response: type | None = None
+    query: Sequence[QueryParam] = ()
+    errors: dict[int, str] = field(default_factory=dict)
+    content_type: str = "application/json"
+
+
+def openapi_document(routes: Sequence[ApiRoute]) -> dict[str, Any]:
+    types = [t for r in routes for t in (r.body, r.response) if t is not None]
+    schemas, components = msgspec.json.schema_components(
+        types, ref_template="#/components/schemas/{name}"
+    )
+    schema_of = dict(zip(types, schemas, strict=True))
+    error_schema = {
+        "type": "object",
+        "properties": {"error": {"type": "string"}, "detail": {}},
+        "required": ["error"],
+    }
+    paths: dict[str, dict[str, Any]] = {}
+    for route in routes:
+        op: dict[str, Any] = {"summary": route.summary, "responses": {}}
+        params = [
+            {
+                "name": p.name,
+                "in": "query",
+                "required": p.required,
+                "description": p.description,
+                "schema": {"type": p.type},
+            }
+            for p in route.query
+        ]
+        params += [
+            {"name": part[1:-1], "in": "path", "required": True, "schema": {"type": "string"}}
+            for part in route.path.split("/")
+            if part.startswith("{")
+        ]
+        if params:
+            op["parameters"] = params
+        if route.body is not None:
+            op["requestBody"] = {"content": {"application/json": {"schema": schema_of[route.body]}}}
+        ok: dict[str, Any] = {"description": "OK"}
+        if route.response is not None:
+            ok["content"] = {route.content_type: {"schema": schema_of[route.response]}}
+        elif route.content_type != "application/json":
+            ok["content"] = {route.content_type: {"schema": {"type": "string"}}}
+        op["responses"]["200"] = ok
+        for status, description in sorted(route.errors.items()):
+            op["responses"][str(status)] = {
+                "description": description,
+                "content": {"application/json": {"schema": error_schema}},
+            }
+        paths.setdefault(route.path, {})[route.method.lower()] = op
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "crawld", "version": __version__},
+        "paths": paths,
+        "components": {"schemas": components},
+    }
+
+
+def build_app(daemon: Daemon, routes: Sequence[ApiRoute]) -> Starlette:
+    document = msgspec.json.encode(openapi_document(routes))
+
+    async def openapi(request: Request) -> Response:
+        return Response(document, media_type="application/json")
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return error_response(404, "not found", {"path": request.url.path})
+
+    async def not_allowed(request: Request, exc: Exception) -> Response:
+        return error_response(405, "method not allowed", {"method": request.method})
+
+    async def internal(request: Request, exc: Exception) -> Response:
+        log.error("request failed", path=request.url.path, exc_info=exc)
+        return error_response(500, "internal error", type(exc).__name__)
+
+    starlette_routes = [Route(r.path, r.handler, methods=[r.method]) for r in routes]
+    starlette_routes.append(Route("/openapi.json", openapi, methods=["GET"]))
+    app = Starlette(
+        routes=starlette_routes,
+        exception_handlers={
+            HTTPError: handle_http_error,
+            404: not_found,
+            405: not_allowed,
+            500: internal,
+        },
+    )
+    app.state.daemon = daemon
+    return app
+
+
+def json(value: Any, status: int = 200) -> JSONResponse:
+    return JSONResponse(value, status_code=status)

@@ -1,0 +1,322 @@
+# Everything that leaves the daemon (a row for RabbitMQ, an event for a webhook) is first appended
+# to an ordered stream, in the same transaction as the state change that caused it. A drainer per
+# stream reads the items after the stream's ack cursor in sequence order, delivers them, and only
+# then advances the cursor and deletes what it covered, atomically. A crash can therefore repeat
+# the in-flight batch (same key: message_id / webhookId) but never lose an item.
+#
+# The sync functions (`append`, `ack`, `read_after_cursor`, …) run inside a caller's store
+# transaction; `Outbox` wraps them for trio code and wakes the drainers after the commit.
+# `MemoryStream` is the bounded in-memory variant with the same interface, for runs without a
+# store: a full stream makes the producer wait (backpressure) instead of dropping anything.
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import apsw
+import msgspec
+import trio
+
+from daemon.store import Store, one
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class NewItem(msgspec.Struct, frozen=True):
+    key: str
+    body: bytes
+    meta: dict[str, Any] = {}
+    expires_ms: int | None = None
+
+
+class Item(msgspec.Struct, frozen=True):
+    stream: str
+    seq: int
+    key: str
+    body: bytes
+    meta: dict[str, Any]
+    created_ms: int
+    expires_ms: int | None = None
+
+
+class StreamState(msgspec.Struct, frozen=True):
+    stream: str
+    last_seq: int
+    ack_cursor: int
+    pending: int
+    oldest_ms: int | None
+
+
+_meta_encoder = msgspec.json.Encoder()
+_meta_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
+def append(conn: apsw.Connection, stream: str, items: Sequence[NewItem], at_ms: int) -> list[int]:
+    """Append items to `stream` inside the caller's transaction; return their sequence numbers."""
+    conn.execute("INSERT OR IGNORE INTO outbox_streams(stream) VALUES (?)", (stream,))
+    (last,) = one(
+        conn,
+        "UPDATE outbox_streams SET last_seq = last_seq + ? WHERE stream = ? RETURNING last_seq",
+        (len(items), stream),
+    )
+    first = last - len(items) + 1
+    conn.executemany(
+        "INSERT INTO outbox_items(stream, seq, key, body, meta, created_ms, expires_ms)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            (
+                stream,
+                first + i,
+                it.key,
+                it.body,
+                _meta_encoder.encode(it.meta),
+                at_ms,
+                it.expires_ms,
+            )
+            for i, it in enumerate(items)
+        ),
+    )
+    return list(range(first, last + 1))
+
+
+def read_after_cursor(conn: apsw.Connection, stream: str, limit: int) -> list[Item]:
+    rows: list[Any] = conn.execute(
+        "SELECT i.seq, i.key, i.body, i.meta, i.created_ms, i.expires_ms"
+        " FROM outbox_items i JOIN outbox_streams s ON s.stream = i.stream"
+        " WHERE i.stream = ? AND i.seq > s.ack_cursor ORDER BY i.seq LIMIT ?",
+        (stream, limit),
+    ).fetchall()
+    return [
+        Item(stream, seq, key, bytes(body), _meta_decoder.decode(meta), created, expires)
+        for seq, key, body, meta, created, expires in rows
+    ]
+
+
+def ack(conn: apsw.Connection, stream: str, upto_seq: int) -> int:
+    """Advance the cursor to `upto_seq` (never backwards) and delete what it covers."""
+    conn.execute(
+        "UPDATE outbox_streams SET ack_cursor = max(ack_cursor, ?) WHERE stream = ?",
+        (upto_seq, stream),
+    )
+    conn.execute("DELETE FROM outbox_items WHERE stream = ? AND seq <= ?", (stream, upto_seq))
+    return conn.changes()
+
+
+def stream_state(conn: apsw.Connection, stream: str) -> StreamState:
+    row = conn.execute(
+        "SELECT last_seq, ack_cursor FROM outbox_streams WHERE stream = ?", (stream,)
+    ).fetchone()
+    last, cursor = row if row else (0, 0)
+    pending, oldest = one(
+        conn,
+        "SELECT count(*), min(created_ms) FROM outbox_items WHERE stream = ? AND seq > ?",
+        (stream, cursor),
+    )
+    return StreamState(stream, last, cursor, pending, oldest)
+
+
+def list_streams(conn: apsw.Connection, prefix: str) -> list[str]:
+    rows: list[Any] = conn.execute(
+        "SELECT stream FROM outbox_streams WHERE stream >= ? AND stream < ? ORDER BY stream",
+        (prefix, prefix + "\U0010ffff"),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def drop_stream(conn: apsw.Connection, stream: str) -> None:
+    conn.execute("DELETE FROM outbox_streams WHERE stream = ?", (stream,))
+
+
+class _Signal:
+    """A wake-up: waiters take the current event before checking, firing replaces it."""
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+
+    def fire(self) -> None:
+        self.event.set()
+        self.event = trio.Event()
+
+
+class Outbox:
+    """Durable streams in the store, with wake-ups for the drainers that read them."""
+
+    def __init__(self, store: Store, clock_ms: Callable[[], int] = now_ms) -> None:
+        self.store = store
+        self.clock_ms = clock_ms
+        self._appended: dict[str, _Signal] = {}
+        self._acked: dict[str, _Signal] = {}
+
+    def _signal(self, table: dict[str, _Signal], stream: str) -> _Signal:
+        sig = table.get(stream)
+        if sig is None:
+            sig = table[stream] = _Signal()
+        return sig
+
+    def notify_appended(self, stream: str) -> None:
+        """Call after committing a transaction that appended to `stream` by hand."""
+        self._signal(self._appended, stream).fire()
+
+    async def append(
+        self,
+        stream: str,
+        items: Sequence[NewItem],
+        also: Callable[[apsw.Connection], Any] | None = None,
+    ) -> list[int]:
+        """Append (and run `also(conn)` in the same transaction); wakes the stream's drainer."""
+        at = self.clock_ms()
+
+        def tx(conn: apsw.Connection) -> list[int]:
+            seqs = append(conn, stream, items, at)
+            if also is not None:
+                also(conn)
+            return seqs
+
+        seqs = await self.store.write(tx)
+        self.notify_appended(stream)
+        return seqs
+
+    async def next_batch(self, stream: str, limit: int) -> list[Item]:
+        """The next items after the ack cursor, in order; waits until there is at least one."""
+        while True:
+            woken = self._signal(self._appended, stream).event
+            items = await self.store.read(lambda c: read_after_cursor(c, stream, limit))
+            if items:
+                return items
+            await woken.wait()
+
+    async def ack(
+        self, stream: str, upto_seq: int, also: Callable[[apsw.Connection], Any] | None = None
+    ) -> None:
+        """Advance the cursor and delete acked items (plus `also(conn)`) in one transaction."""
+
+        def tx(conn: apsw.Connection) -> None:
+            ack(conn, stream, upto_seq)
+            if also is not None:
+                also(conn)
+
+        await self.store.write(tx)
+        self._signal(self._acked, stream).fire()
+
+    async def state(self, stream: str) -> StreamState:
+        return await self.store.read(lambda c: stream_state(c, stream))
+
+    async def wait_pending_below(self, stream: str, bound: int) -> None:
+        """Wait until fewer than `bound` items are pending (the producer's backpressure)."""
+        while True:
+            woken = self._signal(self._acked, stream).event
+            if (await self.state(stream)).pending < bound:
+                return
+            await woken.wait()
+
+    async def take(self, stream: str, count: int) -> tuple[list[Item], int]:
+        """Embedded-queue read: remove and return up to `count` live items in order.
+
+        Expired items met on the way are removed too; their number is returned second.
+        """
+        at = self.clock_ms()
+
+        def tx(conn: apsw.Connection) -> tuple[list[Item], int]:
+            taken: list[Item] = []
+            expired = 0
+            upto = 0
+            while len(taken) < count:
+                batch = read_after_cursor(conn, stream, count - len(taken))
+                if not batch:
+                    break
+                for item in batch:
+                    upto = item.seq
+                    if item.expires_ms is not None and item.expires_ms <= at:
+                        expired += 1
+                    else:
+                        taken.append(item)
+                ack(conn, stream, upto)
+            return taken, expired
+
+        result = await self.store.write(tx)
+        self._signal(self._acked, stream).fire()
+        return result
+
+
+class Stream(Protocol):
+    """What a drainer needs from a stream, durable or in memory."""
+
+    name: str
+
+    async def append(self, items: Sequence[NewItem]) -> list[int]: ...
+    async def next_batch(self, limit: int) -> list[Item]: ...
+    async def ack(self, upto_seq: int) -> None: ...
+
+
+class DurableStream:
+    """One named stream of an Outbox."""
+
+    def __init__(self, outbox: Outbox, name: str) -> None:
+        self.outbox = outbox
+        self.name = name
+
+    async def append(self, items: Sequence[NewItem]) -> list[int]:
+        return await self.outbox.append(self.name, items)
+
+    async def next_batch(self, limit: int) -> list[Item]:
+        return await self.outbox.next_batch(self.name, limit)
+
+    async def ack(self, upto_seq: int) -> None:
+        await self.outbox.ack(self.name, upto_seq)
+
+
+class MemoryStream:
+    """A bounded in-memory stream: `append` waits while `capacity` items are unacked."""
+
+    def __init__(
+        self, name: str, capacity: int, *, first_seq: int = 1, clock_ms: Callable[[], int] = now_ms
+    ) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.name = name
+        self.capacity = capacity
+        self.clock_ms = clock_ms
+        self._items: deque[Item] = deque()
+        self._next_seq = first_seq
+        self._appended = _Signal()
+        self._acked = _Signal()
+        self.ack_cursor = first_seq - 1
+
+    @property
+    def pending(self) -> int:
+        return len(self._items)
+
+    @property
+    def last_seq(self) -> int:
+        return self._next_seq - 1
+
+    async def append(self, items: Sequence[NewItem]) -> list[int]:
+        seqs: list[int] = []
+        for item in items:
+            while len(self._items) >= self.capacity:
+                await self._acked.event.wait()
+            seq = self._next_seq
+            self._next_seq += 1
+            self._items.append(
+                Item(
+                    self.name, seq, item.key, item.body, item.meta, self.clock_ms(), item.expires_ms
+                )
+            )
+            seqs.append(seq)
+            self._appended.fire()
+        return seqs
+
+    async def next_batch(self, limit: int) -> list[Item]:
+        while not self._items:
+            await self._appended.event.wait()
+        return [self._items[i] for i in range(min(limit, len(self._items)))]
+
+    async def ack(self, upto_seq: int) -> None:
+        while self._items and self._items[0].seq <= upto_seq:
+            self._items.popleft()
+        self.ack_cursor = max(self.ack_cursor, upto_seq)
+        self._acked.fire()

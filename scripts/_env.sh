@@ -1,0 +1,38 @@
+# Shared by scripts/*: find a supported Python and keep a project virtualenv in .venv.
+# shellcheck shell=bash
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+
+pick_python() {
+    for candidate in "${CRAWLD_PYTHON:-}" python3.13 python3.12 python3.11 python3; do
+        [ -n "$candidate" ] || continue
+        if command -v "$candidate" >/dev/null 2>&1 &&
+            "$candidate" -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] < (3, 14) else 1)' 2>/dev/null; then
+            echo "$candidate"
+            return 0
+        fi
+    done
+    echo "error: crawld needs Python 3.11, 3.12 or 3.13 (trio-asyncio does not support 3.14)" >&2
+    return 1
+}
+
+ensure_venv() {
+    local extras="$1"
+    if [ ! -x "$VENV/bin/python" ]; then
+        local py
+        py="$(pick_python)"
+        echo "creating $VENV with $py" >&2
+        "$py" -m venv "$VENV"
+    fi
+    local stamp="$VENV/.installed-$extras"
+    if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
+        "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
+        if [ -n "$extras" ]; then
+            "$VENV/bin/python" -m pip install --quiet -e "$ROOT[$extras]" >&2
+        else
+            "$VENV/bin/python" -m pip install --quiet -e "$ROOT" >&2
+        fi
+        touch "$stamp"
+    fi
+}
