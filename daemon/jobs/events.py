@@ -1,0 +1,170 @@
+# The webhook event model. A body is encoded once, when the event is numbered and stored, and
+# those exact bytes are what every attempt sends and signs: a receiver deduplicates on
+# `webhookId`/`eventId` and verifies signatures over raw bytes, so re-encoding on retry would be
+# a bug. The body keeps Firecrawl v2's key order (success, type, id, webhookId, data, error?,
+# metadata) with our `eventId` and `seq` added before `data`; msgspec encodes Struct fields in
+# declaration order, which pins the order without hand-built JSON.
+#
+# Filtering follows the newer Firecrawl code: an entry matches the full type (`crawl.page`), the
+# subtype (`page`) or a dotted suffix; an empty or missing list means every event. A filtered-out
+# event takes no seq (numbers stay contiguous for the receiver), but a terminal event still ends
+# the job's stream whether or not it is sent.
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+import msgspec
+
+EventName = Literal["started", "page", "completed", "failed"]
+
+EVENT_NAMES: tuple[EventName, ...] = ("started", "page", "completed", "failed")
+TERMINAL_NAMES: frozenset[str] = frozenset({"completed", "failed"})
+CANCELLED_ERROR = "cancelled"
+WEBHOOK_FAILED = "WEBHOOK_FAILED"
+"""The job error code of an undelivered event (with `undelivered_error` as its text)."""
+
+
+class WebhookBody(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One event as it goes on the wire; field order is the JSON key order."""
+
+    success: bool
+    type: str
+    id: str
+    webhookId: str
+    eventId: str
+    seq: int
+    data: list[Any]
+    error: str | None = None
+    metadata: dict[str, str]
+
+    @property
+    def name(self) -> str:
+        return event_name(self.type)
+
+    @property
+    def terminal(self) -> bool:
+        return self.name in TERMINAL_NAMES
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(WebhookBody)
+
+
+def event_type(kind: str, name: str) -> str:
+    """`crawl` + `page` → `crawl.page`."""
+    if name not in EVENT_NAMES:
+        raise ValueError(f"unknown webhook event {name!r}; expected one of {EVENT_NAMES}")
+    if not kind or "." in kind:
+        raise ValueError(f"invalid job kind {kind!r}")
+    return f"{kind}.{name}"
+
+
+def event_name(type_: str) -> str:
+    """`crawl.page` → `page` (the part after the last dot)."""
+    return type_.rsplit(".", 1)[-1]
+
+
+def event_id(job_id: str, seq: int) -> str:
+    return f"{job_id}:{seq}"
+
+
+def is_terminal(name_or_type: str) -> bool:
+    return event_name(name_or_type) in TERMINAL_NAMES
+
+
+def wants(events: Sequence[str] | None, type_: str) -> bool:
+    """Whether a webhook whose `events` filter is `events` receives an event of `type_`."""
+    if not events:
+        return True
+    return any(f == type_ or type_.endswith("." + f) for f in events)
+
+
+def terminal_for_status(status: str, reason: str | None = None) -> tuple[EventName, str | None]:
+    """The one terminal event (name, error) for a finished job's status.
+
+    `completed` → (`completed`, None); `failed` → (`failed`, reason); `cancelled` →
+    (`failed`, "cancelled").
+    """
+    if status == "completed":
+        return "completed", None
+    if status == "failed":
+        return "failed", reason or "failed"
+    if status == "cancelled":
+        return "failed", CANCELLED_ERROR
+    raise ValueError(f"job status {status!r} is not terminal")
+
+
+def build_body(
+    *,
+    kind: str,
+    name: str,
+    job_id: str,
+    seq: int,
+    webhook_id: str,
+    data: Iterable[Any] = (),
+    error: str | None = None,
+    metadata: dict[str, str] | None = None,
+) -> WebhookBody:
+    """An event body. `failed` needs an error; `page` may carry one (Firecrawl's failed page,
+    success false); `started` and `completed` may not."""
+    type_ = event_type(kind, name)
+    if seq < 1:
+        raise ValueError(f"seq counts from 1, got {seq}")
+    if name == "failed" and not error:
+        raise ValueError("a failed event needs an error message")
+    if error is not None and name in ("started", "completed"):
+        raise ValueError(f"a {name} event cannot carry an error")
+    return WebhookBody(
+        success=error is None,
+        type=type_,
+        id=job_id,
+        webhookId=webhook_id,
+        eventId=event_id(job_id, seq),
+        seq=seq,
+        data=list(data),
+        error=error,
+        metadata=dict(metadata or {}),
+    )
+
+
+def undelivered_error(event_id_: str, type_: str, reason: str) -> str:
+    """The job error text for an event that reached a final outcome without being delivered."""
+    return f"webhook event {event_id_} ({type_}) was not delivered: {reason}"
+
+
+def encode_body(body: WebhookBody) -> bytes:
+    """Compact JSON in the wire key order; `error` only when set."""
+    return _encoder.encode(body)
+
+
+def decode_body(raw: bytes) -> WebhookBody:
+    """Parse stored or received body bytes; msgspec.DecodeError/ValidationError if malformed."""
+    return _decoder.decode(raw)
+
+
+class TerminalAlreadyIssued(Exception):
+    """An event was issued for a job whose terminal event has already been issued."""
+
+
+class Sequencer(msgspec.Struct):
+    """Numbering for one job's events: contiguous seqs for the events the webhook wants, and
+    nothing after the terminal event. The caller holds its lock around `issue` and the enqueue,
+    and restores `last_seq` (and `terminated`) from the store after a restart."""
+
+    kind: str
+    events: list[str] = []
+    last_seq: int = 0
+    terminated: bool = False
+
+    def issue(self, name: str) -> int | None:
+        """The seq for event `name`, or None when the filter drops it."""
+        type_ = event_type(self.kind, name)
+        if self.terminated:
+            raise TerminalAlreadyIssued(f"{type_} after the job's terminal event")
+        if name in TERMINAL_NAMES:
+            self.terminated = True
+        if not wants(self.events, type_):
+            return None
+        self.last_seq += 1
+        return self.last_seq

@@ -1,0 +1,122 @@
+# What to do after one webhook attempt, as a pure function of its result, the retry schedule,
+# the clock and a random source. Keeping it pure lets the drainer stay a thin loop (send, decide,
+# sleep) and lets every rule be tested as a table.
+#
+# Rules (spec "Delivery" 7, Standard Webhooks 3.2): only 2xx is delivered. Timeouts, connection
+# errors, unresolvable hosts, 5xx, 429 and every other non-2xx (3xx included: redirects are not
+# followed) are retried after schedule[n-1] seconds with ±20 % jitter, so many jobs failing at
+# once do not retry in lockstep. `Retry-After` sets a floor on that wait (capped, so a receiver
+# cannot park an event for days). 410 Gone stops at once; a blocked address is never retried.
+# After len(schedule) retries the event has its final outcome: failed.
+from __future__ import annotations
+
+import datetime
+import email.utils
+from collections.abc import Sequence
+from typing import Literal, Protocol
+
+import msgspec
+
+DEFAULT_SCHEDULE: tuple[float, ...] = (5.0, 60.0, 300.0, 900.0, 3600.0)
+DEFAULT_RETRY_AFTER_CAP = 3600.0
+JITTER = 0.2
+
+DecisionKind = Literal["delivered", "retry", "failed", "blocked"]
+ErrorKind = Literal["timeout", "connect", "dns", "network", "blocked"]
+
+_ERROR_TEXT: dict[str, str] = {
+    "timeout": "timed out",
+    "connect": "connection failed",
+    "dns": "host did not resolve",
+    "network": "network error",
+}
+
+
+class Random(Protocol):
+    def random(self) -> float: ...
+
+
+class Decision(msgspec.Struct, frozen=True):
+    kind: DecisionKind
+    delay: float = 0.0
+    """Seconds to wait before the next attempt (only for `retry`)."""
+    reason: str = ""
+    """For `failed`/`blocked`: why the event was not delivered, for the job error and the log."""
+
+    @property
+    def final(self) -> bool:
+        return self.kind != "retry"
+
+
+def parse_retry_after(
+    value: str | None, now: float, cap: float = DEFAULT_RETRY_AFTER_CAP
+) -> float | None:
+    """Seconds to wait from a `Retry-After` value (delta-seconds or HTTP-date), clamped to
+    [0, cap]; None when absent or unparseable. `now` is Unix seconds."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    if text.isdigit():
+        return min(float(text), cap)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return min(max(when.timestamp() - now, 0.0), cap)
+
+
+def jittered(delay: float, rng: Random, jitter: float = JITTER) -> float:
+    """`delay` scaled by a uniform factor in [1 - jitter, 1 + jitter)."""
+    return delay * (1.0 - jitter + 2.0 * jitter * rng.random())
+
+
+def describe(status: int | None, error_kind: str | None) -> str:
+    if status is not None:
+        return f"HTTP {status}"
+    return _ERROR_TEXT.get(error_kind or "", error_kind or "unknown error")
+
+
+def decide(
+    attempt_no: int,
+    status: int | None,
+    error_kind: ErrorKind | None,
+    retry_after: str | None,
+    now: float,
+    schedule: Sequence[float],
+    rng: Random,
+    *,
+    retry_after_cap: float = DEFAULT_RETRY_AFTER_CAP,
+    reason_detail: str | None = None,
+) -> Decision:
+    """Classify attempt number `attempt_no` (1 for the first send) of one event.
+
+    Give either the HTTP `status` it got, or the `error_kind` that kept it from getting one.
+    `retry_after` is the response's Retry-After header, `now` Unix seconds, `schedule` the waits
+    before each retry. `reason_detail` (e.g. a blocked address's reason) is added to a final
+    reason.
+    """
+    if attempt_no < 1:
+        raise ValueError(f"attempts count from 1, got {attempt_no}")
+    if status is None and error_kind is None:
+        raise ValueError("an attempt has either a status or an error kind")
+    if status is not None and 200 <= status < 300:
+        return Decision("delivered")
+    what = describe(status, error_kind)
+    if reason_detail:
+        what = f"{what}: {reason_detail}"
+    if error_kind == "blocked":
+        return Decision("blocked", reason=f"address blocked ({reason_detail or 'not allowed'})")
+    if status == 410:
+        return Decision("failed", reason=f"{what} (Gone) on attempt {attempt_no}; not retried")
+    if attempt_no > len(schedule):
+        attempts = "1 attempt" if attempt_no == 1 else f"{attempt_no} attempts"
+        return Decision("failed", reason=f"gave up after {attempts}; last: {what}")
+    delay = jittered(float(schedule[attempt_no - 1]), rng)
+    floor = parse_retry_after(retry_after, now, retry_after_cap)
+    if floor is not None:
+        delay = max(delay, floor)
+    return Decision("retry", delay=delay, reason=what)

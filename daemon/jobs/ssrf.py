@@ -1,0 +1,286 @@
+# Webhook URLs come from users, so a request must never reach the daemon's own network (cloud
+# metadata at 169.254.169.254, loopback admin ports, private services). The guard resolves the
+# host once, drops every address in a blocked range (after unwrapping IPv4 embedded in IPv6:
+# mapped, compatible, 6to4, NAT64, Teredo), and then connects to the address it vetted, so DNS
+# rebinding between check and connect cannot happen. It fails closed: no address, no request.
+#
+# Connecting to the vetted address while keeping the name: the URL's host is replaced by the IP,
+# the Host header is set to the original host[:port], and httpcore's `sni_hostname` request
+# extension makes TLS send the original name as SNI and verify the certificate against it
+# (httpcore/_async/connection.py passes it as `server_hostname` to start_tls). Redirects are
+# never followed (a 3xx is a failed attempt), so there is no second hop to re-check.
+#
+# The ranges are listed here rather than taken from `ipaddress.is_global`, whose answers change
+# between Python releases; `is_global` only backs the table up (anything it calls non-global is
+# refused too). `allow_cidrs` is the operator's escape hatch, checked per address: allowing
+# 127.0.0.0/8 allows loopback, nothing else.
+#
+# One caveat for callers sharing an httpx.AsyncClient: its pool is keyed by (scheme, IP, port),
+# so two https hosts on one IP may share a TLS connection verified for the first name. Use a
+# client per destination host if that matters.
+from __future__ import annotations
+
+import http.cookiejar
+import ipaddress
+import socket
+from collections.abc import Iterable, Mapping, Sequence
+
+import httpx
+import msgspec
+import trio
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+MAX_RESPONSE_BODY = 4096
+_REENCODED = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+
+_V4_BLOCKED: tuple[tuple[str, str], ...] = (
+    ("0.0.0.0/8", "unspecified"),
+    ("10.0.0.0/8", "private"),
+    ("100.64.0.0/10", "shared address space (CGNAT)"),
+    ("127.0.0.0/8", "loopback"),
+    ("169.254.0.0/16", "link-local"),
+    ("172.16.0.0/12", "private"),
+    ("192.0.0.0/24", "reserved (IETF protocol assignments)"),
+    ("192.0.2.0/24", "documentation"),
+    ("192.88.99.0/24", "reserved (6to4 relay anycast)"),
+    ("192.168.0.0/16", "private"),
+    ("198.18.0.0/15", "reserved (benchmarking)"),
+    ("198.51.100.0/24", "documentation"),
+    ("203.0.113.0/24", "documentation"),
+    ("224.0.0.0/4", "multicast"),
+    ("255.255.255.255/32", "broadcast"),
+    ("240.0.0.0/4", "reserved"),
+)
+_V6_BLOCKED: tuple[tuple[str, str], ...] = (
+    ("::/128", "unspecified"),
+    ("::1/128", "loopback"),
+    ("64:ff9b:1::/48", "reserved (local-use NAT64)"),
+    ("100::/64", "reserved (discard-only)"),
+    ("2001:2::/48", "reserved (benchmarking)"),
+    ("2001:10::/28", "reserved (ORCHID)"),
+    ("2001:db8::/32", "documentation"),
+    ("3fff::/20", "documentation"),
+    ("fc00::/7", "private (unique local)"),
+    ("fe80::/10", "link-local"),
+    ("fec0::/10", "private (site-local)"),
+    ("ff00::/8", "multicast"),
+)
+_V4_TABLE = [(ipaddress.IPv4Network(n), r) for n, r in _V4_BLOCKED]
+_V6_TABLE = [(ipaddress.IPv6Network(n), r) for n, r in _V6_BLOCKED]
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_COMPAT = ipaddress.IPv6Network("::/96")
+
+
+class BlockedAddress(Exception):
+    """The URL may not be requested; `reason` says why (safe to show the user)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ResolutionFailed(BlockedAddress):
+    """The host did not resolve. Nothing was sent; unlike a blocked address this may be
+    temporary, so a drainer may retry it (error kind "dns")."""
+
+
+class Vetted(msgspec.Struct, frozen=True):
+    ip: str
+    host: str
+    """The URL's host (IDNA-encoded), for SNI."""
+    port: int
+    scheme: str
+
+
+def parse_networks(cidrs: Iterable[str]) -> list[Network]:
+    """`webhooks.allow_cidrs` as networks (host bits allowed, as config validation does)."""
+    return [ipaddress.ip_network(c, strict=False) for c in cidrs]
+
+
+def _embedded_v4(ip: ipaddress.IPv6Address) -> tuple[ipaddress.IPv4Address, str] | None:
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped, "IPv4-mapped"
+    if ip.sixtofour is not None:
+        return ip.sixtofour, "6to4"
+    if ip.teredo is not None:
+        return ip.teredo[1], "Teredo"
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF), "NAT64"
+    if ip in _COMPAT and int(ip) > 1:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF), "IPv4-compatible"
+    return None
+
+
+def _v4_reason(ip: ipaddress.IPv4Address) -> str | None:
+    for net, reason in _V4_TABLE:
+        if ip in net:
+            return reason
+    return None if ip.is_global else "not globally routable"
+
+
+def _allowed(ips: Iterable[IPAddress], allow: Sequence[Network]) -> bool:
+    return any(ip.version == net.version and ip in net for ip in ips for net in allow)
+
+
+def is_blocked(ip: str | IPAddress, allow: Sequence[Network] = ()) -> str | None:
+    """Why `ip` may not be contacted, or None if it may. `allow` (parsed allow_cidrs) wins."""
+    addr = ipaddress.ip_address(ip) if isinstance(ip, str) else ip
+    if isinstance(addr, ipaddress.IPv6Address) and addr.scope_id:
+        addr = ipaddress.IPv6Address(addr.compressed.split("%", 1)[0])
+    if isinstance(addr, ipaddress.IPv4Address):
+        if _allowed([addr], allow):
+            return None
+        reason = _v4_reason(addr)
+        return f"{reason} address {addr}" if reason else None
+    embedded = _embedded_v4(addr)
+    if _allowed([addr] + ([embedded[0]] if embedded else []), allow):
+        return None
+    if embedded is not None:
+        v4, form = embedded
+        reason = _v4_reason(v4)
+        if reason:
+            return f"{form} form of {reason} address {v4} ({addr})"
+        if form == "IPv4-compatible":
+            return f"deprecated IPv4-compatible address {addr}"
+        return None
+    for net, reason in _V6_TABLE:
+        if addr in net:
+            return f"{reason} address {addr}"
+    return None if addr.is_global else f"not globally routable address {addr}"
+
+
+async def vet_url(url: str | httpx.URL, allow: Sequence[Network] = ()) -> Vetted:
+    """Resolve the URL's host and pick the first address that is not blocked.
+
+    Raises BlockedAddress for a non-http(s) URL or when every address is blocked, and
+    ResolutionFailed when the host does not resolve.
+    """
+    try:
+        parsed = url if isinstance(url, httpx.URL) else httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise BlockedAddress(f"invalid URL: {exc}") from None
+    scheme = parsed.scheme
+    if scheme not in ("http", "https"):
+        raise BlockedAddress(f"scheme {scheme!r} is not allowed; use http or https")
+    host = parsed.raw_host.decode("ascii")
+    if not host:
+        raise BlockedAddress("the URL has no host")
+    port = parsed.port or (443 if scheme == "https" else 80)
+    try:
+        literal: IPAddress | None = ipaddress.ip_address(host)
+    except ValueError:
+        literal = None
+    if literal is not None:
+        candidates = [literal.compressed]
+    else:
+        try:
+            infos = await trio.socket.getaddrinfo(
+                host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+            )
+        except (OSError, UnicodeError) as exc:
+            raise ResolutionFailed(f"cannot resolve {host}: {exc}") from None
+        candidates = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        if not candidates:
+            raise ResolutionFailed(f"cannot resolve {host}: no addresses")
+    reasons = []
+    for candidate in candidates:
+        reason = is_blocked(candidate, allow)
+        if reason is None:
+            return Vetted(ip=candidate.split("%", 1)[0], host=host, port=port, scheme=scheme)
+        reasons.append(reason)
+    if literal is not None:
+        raise BlockedAddress(reasons[0])
+    raise BlockedAddress(f"{host} resolves only to blocked addresses: {'; '.join(reasons)}")
+
+
+def pinned_request(
+    client: httpx.AsyncClient,
+    url: str | httpx.URL,
+    vetted: Vetted,
+    body: bytes,
+    headers: Mapping[str, str],
+    timeout: float,
+) -> httpx.Request:
+    """A POST of `body` to `vetted.ip` that keeps the URL's Host header and TLS SNI."""
+    original = url if isinstance(url, httpx.URL) else httpx.URL(url)
+    target = original.copy_with(host=vetted.ip)
+    merged = {k: v for k, v in headers.items() if k.lower() != "host"}
+    merged["Host"] = original.netloc.decode("ascii")
+    extensions = {"sni_hostname": vetted.host} if vetted.scheme == "https" else {}
+    request = client.build_request(
+        "POST",
+        target,
+        content=body,
+        headers=merged,
+        timeout=httpx.Timeout(timeout),
+        extensions=extensions,
+    )
+    request.headers.pop("Cookie", None)
+    return request
+
+
+async def post_vetted(
+    client: httpx.AsyncClient,
+    url: str | httpx.URL,
+    body: bytes,
+    headers: Mapping[str, str],
+    allow: Sequence[Network],
+    timeout: float,
+    *,
+    max_body: int = MAX_RESPONSE_BODY,
+) -> httpx.Response:
+    """Vet `url`, POST `body` to the vetted address, never follow redirects.
+
+    The whole attempt (resolution included) is bounded by `timeout` seconds and raises
+    httpx.TimeoutException past it. The returned response holds at most `max_body` bytes of
+    the body. Raises BlockedAddress / ResolutionFailed before anything is sent, httpx errors
+    after; `error_kind` maps them for `retry.decide`.
+    """
+    request: httpx.Request | None = None
+    with trio.move_on_after(timeout):
+        vetted = await vet_url(url, allow)
+        request = pinned_request(client, url, vetted, body, headers, timeout)
+        response = await client.send(request, follow_redirects=False, stream=True)
+        try:
+            content = bytearray()
+            async for chunk in response.aiter_bytes():
+                content += chunk
+                if len(content) >= max_body:
+                    break
+        finally:
+            await response.aclose()
+        kept = [(k, v) for k, v in response.headers.multi_items() if k not in _REENCODED]
+        return httpx.Response(
+            response.status_code,
+            headers=kept,
+            content=bytes(content[:max_body]),
+            request=request,
+            extensions={"vetted_ip": vetted.ip},
+        )
+    raise httpx.TimeoutException(f"no answer within {timeout:g} s", request=request)
+
+
+def error_kind(exc: BaseException) -> str:
+    """The `retry.decide` error kind for an exception raised by `post_vetted`."""
+    if isinstance(exc, ResolutionFailed):
+        return "dns"
+    if isinstance(exc, BlockedAddress):
+        return "blocked"
+    if isinstance(exc, httpx.TimeoutException):
+        return "timeout"
+    if isinstance(exc, httpx.ConnectError):
+        return "connect"
+    return "network"
+
+
+def new_client(*, max_connections: int = 100) -> httpx.AsyncClient:
+    """An AsyncClient fit for `post_vetted`: no redirects, no proxies or .netrc from the
+    environment (a proxy would connect on our behalf, unchecked), no cookies kept."""
+    return httpx.AsyncClient(
+        follow_redirects=False,
+        trust_env=False,
+        limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=20),
+        cookies=http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
+    )
