@@ -172,7 +172,9 @@ def default_installers() -> list[Installer]:
     def install_control(daemon: Daemon) -> None:
         daemon.routes.extend(control.routes(daemon))
 
-    return [install_control]
+    from daemon.collector import component as collector
+
+    return [install_control, collector.install]
 
 
 async def _serve_http(daemon: Daemon, task_status: trio.TaskStatus[Any]) -> None:

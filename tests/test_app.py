@@ -54,7 +54,8 @@ async def test_serves_health_status_metrics_openapi(
             status = (await client.get(url(daemon, "/status"))).json()
             assert status["state"] == "running"
             assert status["config"]["generation"] == 1
-            assert {c["name"]: c["state"] for c in status["components"]} == {"http": "running"}
+            states = {c["name"]: c["state"] for c in status["components"]}
+            assert states["http"] == states["collector"] == "running"
             assert status["store"]["schema_version"] >= 1
             metrics = await client.get(url(daemon, "/metrics"))
             assert "crawld_config_generation 1.0" in metrics.text

@@ -121,6 +121,8 @@ class OctoparseSim:
         self.tasks: dict[str, SimTask] = {}
         self.requests: collections.Counter[str] = collections.Counter()
         self.grants: collections.Counter[str] = collections.Counter()
+        self.faults_served: collections.Counter[str] = collections.Counter()
+        """Injected faults answered, by "status code" (e.g. "429 TooManyRequests")."""
         self.log: collections.deque[tuple[str, str, dict[str, str]]] = collections.deque(
             maxlen=10_000
         )
@@ -255,6 +257,7 @@ class OctoparseSim:
         return {
             "requests": dict(self.requests),
             "grants": dict(self.grants),
+            "faults_served": dict(self.faults_served),
             "page_cap": self.page_cap,
             "tasks": {
                 t.task_id: {"name": t.name, "total": len(t.rows), "grow": t.grow_per_request}
@@ -301,6 +304,7 @@ class OctoparseSim:
         self.log.append((request.method, path, dict(request.query_params)))
         for fault in self._faults:
             if fault.fires(path):
+                self.faults_served[f"{fault.status} {fault.code}"] += 1
                 response = self._error(fault.status, fault.code, fault.message)
                 self._faults = [f for f in self._faults if not f.spent]
                 return response

@@ -1,0 +1,137 @@
+# The collector's control API from the seed (section 8): task list, manual start/stop of runs,
+# and reading the queue the rows went to (RabbitMQ or the embedded queue).
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from daemon.api.app import ApiRoute, QueryParam, json
+from daemon.api.errors import HTTPError, decode_query_int, read_json_body
+from daemon.collector.crawler import AlreadyRunning
+from daemon.collector.messages import ConsumedMessage
+from daemon.collector.queue import QueueUnavailable, RowQueue
+from daemon.collector.service import Collector, UnknownTask
+from daemon.config import WebhookSpec
+
+if TYPE_CHECKING:
+    from daemon.app import Daemon
+
+
+class StartRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    task_id: str | None = None
+    """Start this task only; all enabled tasks when absent."""
+    webhook: str | WebhookSpec | None = None
+    """Firecrawl v2 webhook for the run's job (overrides the task's)."""
+
+
+class StopRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    task_id: str | None = None
+
+
+class StartedRun(msgspec.Struct):
+    task_id: str
+    job_id: str | None
+
+
+class StartResponse(msgspec.Struct):
+    success: bool
+    started: list[StartedRun]
+    already_running: list[str]
+
+
+class StopResponse(msgspec.Struct):
+    success: bool
+    stopped: list[str]
+    not_running: list[str]
+
+
+class TasksResponse(msgspec.Struct):
+    tasks: list[dict[str, Any]]
+
+
+class ConsumeResponse(msgspec.Struct):
+    queue: str
+    kind: str
+    count: int
+    messages: list[ConsumedMessage]
+
+
+class QueueSizeResponse(msgspec.Struct):
+    queue: str
+    kind: str
+    size: int
+
+
+def routes(daemon: Daemon, collector: Collector, queue: RowQueue) -> list[ApiRoute]:
+    def crawlers(task_id: str | None) -> list[str]:
+        if task_id is None:
+            return list(collector.crawlers)
+        if task_id not in collector.crawlers:
+            configured = {t.id for t in collector.config.collector.tasks}
+            reason = "is disabled" if task_id in configured else "is not configured"
+            raise HTTPError(404, f"task {task_id!r} {reason}", {"task_id": task_id})
+        return [task_id]
+
+    async def tasks(request: Request) -> Response:
+        return json(TasksResponse(collector.tasks()))
+
+    async def start(request: Request) -> Response:
+        body = await read_json_body(request, StartRequest)
+        started, busy = [], []
+        for task_id in crawlers(body.task_id):
+            try:
+                job_id = await collector.crawler(task_id).start_now(body.webhook)
+            except (AlreadyRunning, UnknownTask):
+                busy.append(task_id)
+                continue
+            started.append(StartedRun(task_id, job_id))
+        if body.task_id is not None and busy:
+            raise HTTPError(
+                409, f"task {body.task_id!r} is already running", {"task_id": body.task_id}
+            )
+        return json(StartResponse(True, started, busy))
+
+    async def stop(request: Request) -> Response:
+        body = await read_json_body(request, StopRequest)
+        stopped: list[str] = []
+        idle: list[str] = []
+        for task_id in crawlers(body.task_id):
+            (stopped if collector.crawler(task_id).request_stop() else idle).append(task_id)
+        return json(StopResponse(True, stopped, idle))
+
+    async def consume(request: Request) -> Response:
+        count = decode_query_int(request, "count", 1, 1, 1000)
+        try:
+            messages = await queue.consume(count)
+        except QueueUnavailable as exc:
+            raise HTTPError(503, "queue unavailable", str(exc)) from None
+        name = daemon.config.broker.queue
+        return json(ConsumeResponse(name, queue.kind, len(messages), messages))
+
+    async def queue_size(request: Request) -> Response:
+        try:
+            size = await queue.size()
+        except QueueUnavailable as exc:
+            raise HTTPError(503, "queue unavailable", str(exc)) from None
+        return json(QueueSizeResponse(daemon.config.broker.queue, queue.kind, size))
+
+    bad = {400: "invalid JSON", 422: "invalid field"}
+    return [
+        ApiRoute("GET", "/tasks", tasks, "Configured tasks, their settings and progress",
+                 response=TasksResponse),
+        ApiRoute("POST", "/crawl/start", start, "Start a run now (one task or all enabled)",
+                 body=StartRequest, response=StartResponse,
+                 errors={**bad, 404: "unknown or disabled task", 409: "already running"}),
+        ApiRoute("POST", "/crawl/stop", stop, "Stop runs after their current window",
+                 body=StopRequest, response=StopResponse,
+                 errors={**bad, 404: "unknown or disabled task"}),
+        ApiRoute("GET", "/consume", consume, "Take up to `count` messages from the queue",
+                 response=ConsumeResponse,
+                 query=[QueryParam("count", "messages to take, 1..1000 (default 1)", "integer")],
+                 errors={400: "bad count", 503: "broker unavailable"}),
+        ApiRoute("GET", "/queue/size", queue_size, "Messages ready in the queue",
+                 response=QueueSizeResponse, errors={503: "broker unavailable"}),
+    ]  # fmt: skip

@@ -1,0 +1,72 @@
+# Wires the collector into the daemon: the queue its rows go to (RabbitMQ through a drainer, or
+# the embedded queue), the crawlers, the HTTP routes, the /status sections and the reload hook.
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from daemon.broker import BrokerSettings, open_amqp_broker
+from daemon.collector.queue import AmqpQueue, EmbeddedQueue, RowQueue, stream_name
+from daemon.collector.service import Collector
+from daemon.config import resolve_secret
+
+if TYPE_CHECKING:
+    from daemon.app import Daemon
+
+
+def install(daemon: Daemon) -> None:
+    from daemon.api import collector as collector_api
+
+    cfg = daemon.config
+    assert daemon.store is not None and daemon.outbox is not None
+    stream = stream_name(cfg.broker.queue)
+    queue: RowQueue
+    if cfg.broker.kind == "amqp":
+        amqp = AmqpQueue(daemon.outbox, stream, cfg.broker.confirm_window)
+        queue = amqp
+
+        async def run_broker(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
+            broker_cfg = daemon.config.broker
+            password = resolve_secret(broker_cfg.password_env, "$.broker.password_env")
+            settings = BrokerSettings.from_config(broker_cfg, password)
+            async with open_amqp_broker(settings) as broker:
+                amqp.broker = broker
+                task_status.started()
+                try:
+                    await amqp.drain(broker)
+                finally:
+                    amqp.broker = None
+
+        daemon.add_component("broker", run_broker)
+    else:
+        queue = EmbeddedQueue(daemon.outbox, stream)
+
+    collector = Collector(
+        cfg,
+        store=daemon.store,
+        outbox=daemon.outbox,
+        stream=stream,
+        jobs=getattr(daemon, "jobs", None),
+    )
+
+    async def run_collector(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
+        await collector.run(task_status=task_status)
+
+    daemon.add_component("collector", run_collector)
+    daemon.routes.extend(collector_api.routes(daemon, collector, queue))
+
+    async def collector_section() -> dict[str, Any]:
+        pending = await daemon.outbox.state(stream) if daemon.outbox else None
+        section = collector.status()
+        if pending is not None:
+            section["undelivered"] = pending.pending
+            section["oldest_undelivered_ms"] = pending.oldest_ms
+        return section
+
+    async def broker_section() -> dict[str, Any]:
+        return queue.status()
+
+    daemon.status_sections["collector"] = collector_section
+    daemon.status_sections["broker"] = broker_section
+    daemon.reload_hooks.append(collector.apply)

@@ -1,0 +1,397 @@
+# One TaskCrawler per enabled collector task. It is the thin trio shell around the pure rules:
+# `paging` decides which window to request, `datefilter` which rows to keep, `messages` how a row
+# becomes a queue item. Each window ends in ONE store transaction that appends the kept rows to
+# the queue's outbox stream, saves the task's paging progress and records the page on the run's
+# job; a crash therefore either loses the whole window (it is fetched again on resume) or keeps
+# all of it, and the drainer publishes it later. Nothing is ever marked done before its rows are
+# durable.
+#
+# A run stops between windows (manual stop, job cancelled, shutdown); its progress stays
+# unfinished and the next run resumes it before starting a new range. A run that fails (upstream
+# errors after the client's retries) is recorded, its job fails, and the next run resumes.
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
+
+import apsw
+import msgspec
+import trio
+
+from daemon import outbox as outbox_mod
+from daemon.collector import paging
+from daemon.collector.datefilter import DateCounts, DateRule, expiration_ms, judge
+from daemon.collector.messages import row_items
+from daemon.collector.octoparse import OctoparseClient
+from daemon.config import CollectorConfig, TaskConfig, WebhookSpec, webhook_spec
+from daemon.logs import get_logger
+from daemon.outbox import Outbox
+from daemon.store import Store
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class JobSink(Protocol):
+    """What the crawler needs from the jobs part (daemon.jobs.manager.JobManager)."""
+
+    async def create_job(
+        self, kind: str, *, webhook: WebhookSpec | None, source: dict[str, Any]
+    ) -> str: ...
+    def page_in_tx(self, conn: apsw.Connection, job_id: str, rows: list[dict[str, Any]]) -> Any: ...
+    async def after_commit(self, pending: Any) -> None: ...
+    async def finish(
+        self,
+        job_id: str,
+        status: Literal["completed", "failed", "cancelled"],
+        error: str | None = None,
+    ) -> None: ...
+    def cancel_requested(self, job_id: str) -> trio.Event: ...
+
+
+class AlreadyRunning(Exception):
+    pass
+
+
+class RunStats(msgspec.Struct, kw_only=True):
+    """Counters of one run, shown in /status while it runs and kept as its result after."""
+
+    run_id: str
+    job_id: str | None
+    started_ms: int
+    range_low: int | None = None
+    range_high: int | None = None
+    lowest_done: int | None = None
+    resumed: bool = False
+    reset: bool = False
+    windows: int = 0
+    fetched: int = 0
+    kept: int = 0
+    dropped: DateCounts = msgspec.field(default_factory=DateCounts)
+    duplicates: int = 0
+    published: int = 0
+    status: str = "running"  # running | completed | stopped | cancelled | failed
+    end: str | None = None
+    error: str | None = None
+    finished_ms: int | None = None
+
+
+class TaskState(msgspec.Struct):
+    """The persisted row of collector_tasks."""
+
+    progress: paging.Progress | None
+    run_id: str | None
+    job_id: str | None
+    last_result: RunStats | None
+
+
+_stats_decoder = msgspec.json.Decoder(RunStats)
+
+
+def load_task_state(conn: apsw.Connection, task: str) -> TaskState:
+    row = conn.execute(
+        "SELECT progress, run_id, job_id, last_result FROM collector_tasks WHERE task = ?", (task,)
+    ).fetchone()
+    if row is None:
+        return TaskState(None, None, None, None)
+    progress, run_id, job_id, last = row
+    return TaskState(
+        paging.decode_progress(progress) if progress else None,
+        run_id,
+        job_id,
+        _stats_decoder.decode(last) if last else None,
+    )
+
+
+def save_progress(
+    conn: apsw.Connection,
+    task: str,
+    progress: paging.Progress,
+    run_id: str,
+    job_id: str | None,
+    at_ms: int,
+) -> None:
+    conn.execute(
+        "INSERT INTO collector_tasks(task, progress, run_id, job_id, run_started_ms, updated_ms)"
+        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(task) DO UPDATE SET progress = excluded.progress,"
+        " run_id = excluded.run_id, job_id = excluded.job_id, updated_ms = excluded.updated_ms",
+        (task, paging.encode_progress(progress), run_id, job_id, at_ms, at_ms),
+    )
+
+
+def save_result(conn: apsw.Connection, task: str, stats: RunStats, at_ms: int) -> None:
+    conn.execute(
+        "INSERT INTO collector_tasks(task, last_result, updated_ms) VALUES (?, ?, ?)"
+        " ON CONFLICT(task) DO UPDATE SET last_result = excluded.last_result,"
+        " updated_ms = excluded.updated_ms",
+        (task, msgspec.json.encode(stats), at_ms),
+    )
+
+
+class TaskCrawler:
+    """Runs one task's collection: periodic runs, manual start/stop, progress in the store."""
+
+    def __init__(
+        self,
+        task: TaskConfig,
+        collector: CollectorConfig,
+        *,
+        client: OctoparseClient,
+        store: Store,
+        outbox: Outbox,
+        stream: str,
+        fixed_ttl_ms: int,
+        jobs: JobSink | None = None,
+        clock_ms: Callable[[], int] = wall_ms,
+    ) -> None:
+        self.task = task
+        self.collector = collector
+        self.client = client
+        self.store = store
+        self.outbox = outbox
+        self.stream = stream
+        self.fixed_ttl_ms = fixed_ttl_ms
+        self.jobs = jobs
+        self.clock_ms = clock_ms
+        self.rule = DateRule.from_task(task, collector)
+        self.batch_size = task.batch_size or collector.batch_size
+        self.interval = float(task.interval if task.interval is not None else collector.interval)
+        self.log = get_logger("collector", task=task.id)
+        self.current: RunStats | None = None
+        self.last_result: RunStats | None = None
+        self.next_run_ms: int | None = None
+        self.high_water: int | None = None
+        self.totals = DateCounts()
+        self._stop = False
+        self._wake = trio.Event()
+        self._pending_start: tuple[str | None, trio.Event] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.current is not None
+
+    async def start_now(self, webhook: str | WebhookSpec | None = None) -> str | None:
+        """Start a run at once (webhook overrides the task's); returns its job id."""
+        if self.running or self._pending_start is not None:
+            raise AlreadyRunning(self.task.id)
+        job_id = await self._create_job(webhook_spec(webhook) if webhook else None)
+        started = trio.Event()
+        self._pending_start = (job_id, started)
+        self._wake.set()
+        await started.wait()
+        return job_id
+
+    def request_stop(self) -> bool:
+        """Ask the current run to stop after its window; False when nothing runs."""
+        if not self.running:
+            return False
+        self._stop = True
+        return True
+
+    async def _create_job(self, webhook: WebhookSpec | None) -> str | None:
+        if self.jobs is None:
+            return None
+        return await self.jobs.create_job(
+            "crawl",
+            webhook=webhook or webhook_spec(self.task.webhook),
+            source={"task_id": self.task.id, "octoparse_task_id": self.task.task_id},
+        )
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The crawler's life: runs at boot (auto_start) and every `interval`, or on demand."""
+        state = await self.store.read(lambda c: load_task_state(c, self.task.id))
+        self.last_result = state.last_result
+        self.high_water = paging.high_water(state.progress)
+        task_status.started()
+        due = self.collector.auto_start
+        while True:
+            if due or self._pending_start is not None:
+                job_id = None
+                if self._pending_start is not None:
+                    job_id, started = self._pending_start
+                    self._pending_start = None
+                    started.set()
+                await self.run_once(job_id=job_id)
+                due = False
+            if self.collector.auto_start:
+                self.next_run_ms = self.clock_ms() + int(self.interval * 1000)
+                with trio.move_on_after(self.interval) as timer:
+                    await self._wait_for_start()
+                due = timer.cancelled_caught
+            else:
+                self.next_run_ms = None
+                await self._wait_for_start()
+
+    async def _wait_for_start(self) -> None:
+        while self._pending_start is None:
+            self._wake = trio.Event()
+            await self._wake.wait()
+
+    async def run_once(self, job_id: str | None = None) -> RunStats:
+        """One run: resume the unfinished range or read what is new since the last one."""
+        run_id = uuid.uuid4().hex
+        self._stop = False
+        stats = self.current = RunStats(run_id=run_id, job_id=job_id, started_ms=self.clock_ms())
+        try:
+            await self._run(stats)
+        except trio.Cancelled:
+            stats.status = "stopped"
+            stats.error = "daemon shutting down"
+            with trio.CancelScope(shield=True):
+                await self._finish(stats)
+            raise
+        except Exception as exc:
+            stats.status = "failed"
+            stats.error = f"{type(exc).__name__}: {exc}"
+            self.log.error("run failed; the next run resumes it", run=run_id, error=stats.error)
+        with trio.CancelScope(shield=True):
+            await self._finish(stats)
+        return stats
+
+    async def _run(self, stats: RunStats) -> None:
+        state = await self.store.read(lambda c: load_task_state(c, self.task.id))
+        if stats.job_id is None:
+            stats.job_id = await self._create_job(None)
+        if state.job_id and state.progress is not None and state.progress.end is None:
+            await self._close_orphaned_job(state.job_id, stats.job_id)
+        total = await self.client.total(self.task.task_id)
+        start = paging.start_run(state.progress, total, self.task.paging)
+        progress = start.progress
+        stats.resumed, stats.reset = start.resumed, start.reset
+        if isinstance(progress, paging.BackwardProgress):
+            stats.range_low, stats.range_high = progress.low, progress.t0
+            stats.lowest_done = progress.lowest_done
+        if start.reset:
+            self.log.warning(
+                "task total fell below what earlier runs saw; rescanning the filter window",
+                total=total,
+                high_water=paging.high_water(state.progress),
+            )
+        self.log.info(
+            "run started",
+            run=stats.run_id,
+            job=stats.job_id,
+            total=total,
+            resumed=start.resumed,
+            range=f"{stats.range_low}..{stats.range_high}"
+            if stats.range_high is not None
+            else None,
+        )
+        cancel = self.jobs.cancel_requested(stats.job_id) if self.jobs and stats.job_id else None
+        await self._save(progress, stats)
+        while (window := paging.next_window(progress, self.batch_size)) is not None:
+            if self._stop or (cancel is not None and cancel.is_set()):
+                stats.status = "cancelled" if cancel is not None and cancel.is_set() else "stopped"
+                self.log.info("run stopped between windows", run=stats.run_id, status=stats.status)
+                return
+            await self.outbox.wait_pending_below(self.stream, self.collector.max_pending)
+            progress = await self._window(progress, window, stats)
+        stats.end = progress.end
+        stats.status = "completed"
+
+    async def _window(
+        self, progress: paging.Progress, window: paging.Window, stats: RunStats
+    ) -> paging.Progress:
+        page = await self.client.data_page(self.task.task_id, window.offset, window.size)
+        now = self.clock_ms()
+        kept: list[tuple[dict[str, Any], int]] = []
+        window_counts = DateCounts()
+        for row in page.rows:
+            judgement = judge(row, self.rule, now)
+            window_counts.count(judgement)
+            ttl = expiration_ms(
+                judgement,
+                now,
+                ttl_from=self.task.ttl_from,
+                filter_days=self.rule.filter_days,
+                fixed_ttl_ms=self.fixed_ttl_ms,
+            )
+            if ttl is not None:
+                kept.append((row, ttl))
+            else:
+                stats.dropped.count(judgement)
+        result = paging.WindowResult(
+            rows=page.returned,
+            next_offset=page.offset,
+            rest_total=page.rest_total,
+            all_expired=page.returned > 0 and window_counts.expired == page.returned,
+        )
+        after = paging.after_window(
+            progress, window, result, max_expired_batches=self.collector.max_expired_batches
+        )
+        items = row_items(
+            self.task.id, stats.run_id, window.offset, kept, now, ttl_from=self.task.ttl_from
+        )
+        rows = [msgspec.json.decode(item.body) for item in items]
+        pending: Any = None
+
+        def commit(conn: apsw.Connection) -> None:
+            nonlocal pending
+            if items:
+                outbox_mod.append(conn, self.stream, items, now)
+            save_progress(conn, self.task.id, after, stats.run_id, stats.job_id, now)
+            if self.jobs is not None and stats.job_id is not None and rows:
+                pending = self.jobs.page_in_tx(conn, stats.job_id, rows)
+
+        await self.store.write(commit)
+        if items:
+            self.outbox.notify_appended(self.stream)
+        if pending is not None and self.jobs is not None:
+            await self.jobs.after_commit(pending)
+        stats.windows += 1
+        stats.fetched += page.returned
+        stats.kept += len(kept)
+        stats.duplicates += len(kept) - len(items)
+        stats.published += len(items)
+        self.totals.add(window_counts)
+        if isinstance(after, paging.BackwardProgress):
+            stats.lowest_done = after.lowest_done
+        return after
+
+    async def _save(self, progress: paging.Progress, stats: RunStats) -> None:
+        now = self.clock_ms()
+        await self.store.write(
+            lambda c: save_progress(c, self.task.id, progress, stats.run_id, stats.job_id, now)
+        )
+
+    async def _close_orphaned_job(self, old_job: str, new_job: str | None) -> None:
+        if self.jobs is None or old_job == new_job:
+            return
+        try:
+            await self.jobs.finish(
+                old_job, "failed", f"interrupted; the run resumes as job {new_job}"
+            )
+        except Exception as exc:  # already finished or expired: nothing to close
+            self.log.debug("orphaned job not closed", job=old_job, error=str(exc))
+
+    async def _finish(self, stats: RunStats) -> None:
+        stats.finished_ms = self.clock_ms()
+        self.current = None
+        self.last_result = stats
+        state = await self.store.read(lambda c: load_task_state(c, self.task.id))
+        self.high_water = paging.high_water(state.progress)
+        await self.store.write(
+            lambda c: save_result(c, self.task.id, stats, stats.finished_ms or 0)
+        )
+        if self.jobs is not None and stats.job_id is not None:
+            status: Literal["completed", "failed", "cancelled"] = (
+                "completed" if stats.status == "completed" else
+                "cancelled" if stats.status in ("cancelled", "stopped") else "failed"
+            )  # fmt: skip
+            try:
+                await self.jobs.finish(stats.job_id, status, stats.error)
+            except Exception as exc:
+                self.log.warning("could not finish the run's job", job=stats.job_id, error=str(exc))
+        self.log.info(
+            "run finished",
+            run=stats.run_id,
+            status=stats.status,
+            end=stats.end,
+            fetched=stats.fetched,
+            kept=stats.kept,
+            published=stats.published,
+            windows=stats.windows,
+        )

@@ -1,0 +1,175 @@
+# The collector part of the daemon: one TaskCrawler per enabled task, each in its own cancel
+# scope inside the collector's nursery, sharing one OctoparseClient (and so one rate limiter) per
+# account. Reload diffs the task list: removed tasks are stopped, added ones started, changed ones
+# restarted with their new settings; untouched crawlers keep running mid-run.
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import trio
+
+from daemon.collector.crawler import JobSink, TaskCrawler
+from daemon.collector.octoparse import OctoparseClient
+from daemon.config import AccountConfig, Config, ConfigDiff, TaskConfig, to_builtins
+from daemon.logs import get_logger
+from daemon.net.ratelimit import RateLimiter
+from daemon.outbox import Outbox
+from daemon.store import Store
+
+log = get_logger("collector")
+
+
+class UnknownTask(Exception):
+    pass
+
+
+@dataclass
+class _Running:
+    crawler: TaskCrawler
+    scope: trio.CancelScope
+    done: trio.Event
+
+
+class Collector:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        store: Store,
+        outbox: Outbox,
+        stream: str,
+        jobs: JobSink | None,
+        http: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.outbox = outbox
+        self.stream = stream
+        self.jobs = jobs
+        self.http = http
+        self.clients: dict[str, OctoparseClient] = {}
+        self.crawlers: dict[str, _Running] = {}
+        self._nursery: trio.Nursery | None = None
+
+    def _client(self, account: AccountConfig) -> OctoparseClient:
+        client = self.clients.get(account.name)
+        if client is None or client.account != account:
+            assert self.http is not None
+            client = OctoparseClient(account, self.http, RateLimiter(account.rate_limit))
+            self.clients[account.name] = client
+        return client
+
+    def _build(self, task: TaskConfig) -> TaskCrawler:
+        accounts = {a.name: a for a in self.config.collector.accounts}
+        return TaskCrawler(
+            task,
+            self.config.collector,
+            client=self._client(accounts[task.account]),
+            store=self.store,
+            outbox=self.outbox,
+            stream=self.stream,
+            fixed_ttl_ms=self.config.broker.message_ttl_ms,
+            jobs=self.jobs,
+        )
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run every enabled task's crawler until cancelled."""
+        async with httpx.AsyncClient(trust_env=False) as http, trio.open_nursery() as nursery:
+            self.http = http
+            self._nursery = nursery
+            self.clients.clear()
+            try:
+                for task in self.enabled_tasks(self.config):
+                    await self._start(task)
+                task_status.started()
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None
+                self.crawlers.clear()
+
+    @staticmethod
+    def enabled_tasks(config: Config) -> list[TaskConfig]:
+        if not config.collector.enabled:
+            return []
+        return [t for t in config.collector.tasks if t.enabled]
+
+    async def _start(self, task: TaskConfig) -> None:
+        assert self._nursery is not None
+        crawler = self._build(task)
+        scope = trio.CancelScope()
+        done = trio.Event()
+
+        async def life(task_status: trio.TaskStatus[None]) -> None:
+            try:
+                with scope:
+                    await crawler.run(task_status=task_status)
+            finally:
+                done.set()
+
+        await self._nursery.start(life)
+        self.crawlers[task.id] = _Running(crawler, scope, done)
+
+    async def _stop(self, task_id: str) -> None:
+        running = self.crawlers.pop(task_id, None)
+        if running is None:
+            return
+        running.crawler.request_stop()
+        running.scope.cancel()
+        await running.done.wait()
+
+    async def apply(self, old: Config, new: Config, change: ConfigDiff) -> None:
+        """Reload hook: stop removed/changed crawlers, start added/changed ones."""
+        self.config = new
+        if self._nursery is None:
+            return
+        wanted = {t.id: t for t in self.enabled_tasks(new)}
+        collector_changed = "collector" in change.sections_changed or (
+            "broker" in change.sections_changed
+        )
+        for task_id in list(self.crawlers):
+            if task_id not in wanted or task_id in change.tasks_changed or collector_changed:
+                log.info("stopping crawler", task=task_id, reason="reload")
+                await self._stop(task_id)
+        for task_id, task in wanted.items():
+            if task_id not in self.crawlers:
+                log.info("starting crawler", task=task_id, reason="reload")
+                await self._start(task)
+
+    def crawler(self, task_id: str) -> TaskCrawler:
+        running = self.crawlers.get(task_id)
+        if running is None:
+            raise UnknownTask(task_id)
+        return running.crawler
+
+    def crawler_status(self, crawler: TaskCrawler) -> dict[str, Any]:
+        return {
+            "id": crawler.task.id,
+            "running": crawler.running,
+            "current_run": to_builtins(crawler.current) if crawler.current else None,
+            "last_run": to_builtins(crawler.last_result) if crawler.last_result else None,
+            "next_run_ms": crawler.next_run_ms,
+            "high_water": crawler.high_water,
+            "rows": to_builtins(crawler.totals),
+        }
+
+    def tasks(self) -> list[dict[str, Any]]:
+        """Every configured task, with its settings (no secrets live in them) and progress."""
+        result = []
+        for task in self.config.collector.tasks:
+            running = self.crawlers.get(task.id)
+            entry: dict[str, Any] = {
+                "settings": to_builtins(task),
+                "active": running is not None,
+            }
+            if running is not None:
+                entry["progress"] = self.crawler_status(running.crawler)
+            result.append(entry)
+        return result
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "tasks": [self.crawler_status(r.crawler) for r in self.crawlers.values()],
+            "stream": self.stream,
+        }

@@ -1,0 +1,2 @@
+-- Jobs, their rows and errors (daemon/jobs/store.py).
+SELECT 1;

@@ -1,0 +1,247 @@
+"""TaskCrawler against the Octoparse simulator (real HTTP), a real store and the embedded queue."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import msgspec
+import pytest
+import trio
+
+from daemon import config
+from daemon.collector import paging
+from daemon.collector.crawler import TaskCrawler, load_task_state
+from daemon.collector.octoparse import OctoparseClient, RetryPolicy
+from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
+from daemon.net.ratelimit import RateLimiter
+from daemon.outbox import Outbox
+from daemon.store import Store, open_store
+
+DAY = 86_400_000
+STREAM = "queue:test"
+
+
+@dataclass
+class Env:
+    sim: OctoparseSim
+    task_id: str
+    store: Store
+    outbox: Outbox
+    client: OctoparseClient
+    account: config.AccountConfig
+
+    def crawler(self, **task_options: object) -> TaskCrawler:
+        task = config.TaskConfig(
+            id="t1", account="main", task_id=self.task_id, date_field="发布时间", **task_options
+        )  # type: ignore[arg-type]
+        collector = config.CollectorConfig(batch_size=100, filter_days=7, max_expired_batches=3)
+        return TaskCrawler(
+            task,
+            collector,
+            client=self.client,
+            store=self.store,
+            outbox=self.outbox,
+            stream=STREAM,
+            fixed_ttl_ms=604_800_000,
+        )
+
+    async def queued(self) -> list[dict[str, str]]:
+        items, _ = await self.outbox.take(STREAM, 1_000_000)
+        return [msgspec.json.decode(i.body) for i in items]
+
+    def add_rows(self, old: int = 0, new: int = 0) -> None:
+        now = int(time.time() * 1000)
+        self.sim.append_dated(self.task_id, [now - 10 * DAY - i for i in range(old)])
+        self.sim.append_dated(self.task_id, [now - DAY + i for i in range(new)])
+
+
+@pytest.fixture
+async def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Env]:
+    monkeypatch.setenv("SIM_PW", DEMO_PASSWORD)
+    sim = OctoparseSim(token_lifetime=3600)
+    task_id = sim.add_task("jobs")
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery, open_store(tmp_path / "db") as store:
+        host, port = await nursery.start(
+            lambda task_status: serve_sim(
+                sim, "127.0.0.1:0", shutdown=stop, task_status=task_status
+            )
+        )
+        account = config.AccountConfig(
+            name="main", base_url=f"http://{host}:{port}", username="demo", password_env="SIM_PW"
+        )
+        async with httpx.AsyncClient() as http:
+            client = OctoparseClient(
+                account,
+                http,
+                RateLimiter(1000.0),
+                retry=RetryPolicy(attempts=6, base=0.001, cap=0.01),
+            )
+            yield Env(sim, task_id, store, Outbox(store), client, account)
+        stop.set()
+
+
+def serials(rows: list[dict[str, str]]) -> list[int]:
+    return sorted(int(r["序号"]) for r in rows)
+
+
+async def test_first_run_keeps_recent_rows_and_stops_after_expired_windows(env: Env) -> None:
+    env.add_rows(old=2000, new=250)
+    stats = await env.crawler().run_once()
+    assert stats.status == "completed" and stats.end == "expired"
+    assert serials(await env.queued()) == list(range(2000, 2250))
+    # 3 windows of new rows (the third mixed), then 3 all-expired windows, nothing more
+    assert stats.windows == 6
+    assert stats.fetched == 600
+    assert stats.dropped.expired == 350
+    offsets = [o for o, _ in env.sim.data_offsets(env.task_id) if o > 0]
+    assert offsets == [2150, 2050, 1950, 1850, 1750, 1650]
+
+
+async def test_incremental_run_fetches_only_new_rows_without_overlap(env: Env) -> None:
+    env.add_rows(old=100, new=300)
+    crawler = env.crawler()
+    await crawler.run_once()
+    assert len(await env.queued()) == 300
+    env.add_rows(new=130)
+    stats = await crawler.run_once()
+    assert (stats.range_low, stats.range_high) == (400, 530)
+    assert serials(await env.queued()) == list(range(400, 530))
+    assert stats.fetched == 130
+    stats = await crawler.run_once()
+    assert stats.fetched == 0 and await env.queued() == []
+
+
+async def test_rows_added_during_a_run_go_to_the_next_run(env: Env) -> None:
+    env.add_rows(new=500)
+    env.sim.grow(env.task_id, 7)  # every data request appends 7 fresh rows
+    crawler = env.crawler()
+    first = await crawler.run_once()
+    assert first.range_high == 507  # the total probe itself grew the task once
+    env.sim.grow(env.task_id, 0)
+    total = len(env.sim.task(env.task_id).rows)
+    await crawler.run_once()
+    got = serials(await env.queued())
+    assert got == list(range(total))  # every row exactly once across the two runs
+
+
+async def test_short_pages_cover_every_row_once(env: Env) -> None:
+    env.add_rows(new=470)
+    env.sim.page_cap = 30
+    stats = await env.crawler().run_once()
+    assert stats.status == "completed"
+    assert serials(await env.queued()) == list(range(470))
+
+
+async def test_shrinking_total_resets_and_rescans(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    env.add_rows(new=200)
+    crawler = env.crawler()
+    await crawler.run_once()
+    await env.queued()
+    env.sim.truncate(env.task_id, 0)
+    env.add_rows(new=50)
+    stats = await crawler.run_once()
+    assert stats.reset
+    assert len(await env.queued()) == 50
+    assert "task total fell below" in caplog.text
+
+
+async def test_rate_limits_and_error_bodies_are_retried(env: Env) -> None:
+    env.add_rows(new=400)
+    env.sim.throttle(every=3)
+    env.sim.fail(2, code="ServerError")
+    stats = await env.crawler().run_once()
+    assert stats.status == "completed"
+    assert serials(await env.queued()) == list(range(400))
+    served = env.sim.faults_served
+    assert sum(n for k, n in served.items() if k.startswith("429")) > 0
+    assert served["200 ServerError"] == 2
+
+
+async def test_token_expiry_mid_run(env: Env) -> None:
+    env.add_rows(new=600)
+    crawler = env.crawler()
+
+    async def expire_after_two_windows() -> None:
+        while crawler.current is None or crawler.current.windows < 2:
+            await trio.sleep(0.001)
+        env.sim.expire_tokens()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(expire_after_two_windows)
+        stats = await crawler.run_once()
+    assert stats.status == "completed"
+    assert serials(await env.queued()) == list(range(600))
+    assert env.sim.grants["password"] == 2  # the rejected token led to one fresh login
+
+
+async def test_manual_stop_then_resume_covers_the_rest(env: Env) -> None:
+    env.add_rows(new=1000)
+    crawler = env.crawler()
+    seen = 0
+
+    async def stop_after_two_windows() -> None:
+        nonlocal seen
+        while crawler.current is None or crawler.current.windows < 2:
+            await trio.sleep(0.001)
+        crawler.request_stop()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(stop_after_two_windows)
+        stats = await crawler.run_once()
+    assert stats.status == "stopped"
+    first = serials(await env.queued())
+    seen = len(first)
+    assert 200 <= seen < 1000
+    state = await env.store.read(lambda c: load_task_state(c, "t1"))
+    assert isinstance(state.progress, paging.BackwardProgress) and state.progress.end is None
+    resumed = await crawler.run_once()
+    assert resumed.resumed and resumed.status == "completed"
+    assert sorted(first + serials(await env.queued())) == list(range(1000))
+
+
+async def test_crash_mid_run_resumes_unfinished_range(env: Env) -> None:
+    env.add_rows(new=800)
+    crawler = env.crawler()
+    with trio.move_on_after(30) as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(crawler.run_once)
+            while crawler.current is None or crawler.current.windows < 3:
+                await trio.sleep(0.001)
+            scope.cancel()  # the "crash": the run dies between windows
+    before = serials(await env.queued())
+    fresh = env.crawler()  # a new process would start from the stored progress
+    stats = await fresh.run_once()
+    assert stats.resumed
+    assert sorted(before + serials(await env.queued())) == list(range(800))
+
+
+async def test_missing_and_unparseable_dates_policy(env: Env) -> None:
+    env.add_rows(new=10)
+    env.sim.task(env.task_id).rows.extend(
+        [{"标题": "x", "序号": "10"}, {"标题": "y", "序号": "11", "发布时间": "soon"}]
+    )
+    dropped = await env.crawler().run_once()
+    assert (dropped.dropped.missing, dropped.dropped.unparseable) == (1, 1)
+    assert len(await env.queued()) == 10
+
+
+async def test_keep_policy_and_record_ttl(env: Env, tmp_path: Path) -> None:
+    now = int(time.time() * 1000)
+    env.sim.append_dated(env.task_id, [now - 6 * DAY, now - DAY])
+    env.sim.task(env.task_id).rows.append({"标题": "x", "序号": "2"})
+    crawler = env.crawler(missing_date="keep", ttl_from="record")
+    await crawler.run_once()
+    items, _ = await env.outbox.take(STREAM, 10)
+    by_serial = {msgspec.json.decode(i.body)["序号"]: i for i in items}
+    assert set(by_serial) == {"0", "1", "2"}
+    remaining_0 = by_serial["0"].expires_ms - now  # type: ignore[operator]
+    assert DAY - 60_000 < remaining_0 <= DAY + 60_000  # 7 days minus 6 days old
+    assert "ttl_ms" not in by_serial["0"].meta
+    assert by_serial["2"].meta.get("ttl_ms") is None
