@@ -61,6 +61,8 @@ class Daemon:
     routes: list[Any] = field(default_factory=list)
     status_sections: dict[str, StatusSection] = field(default_factory=dict)
     reload_hooks: list[ReloadHook] = field(default_factory=list)
+    parts: dict[str, Any] = field(default_factory=dict)
+    """The objects each area installed, by name ("collector", …), for the API and tests."""
     http_address: tuple[str, int] | None = None
     stop_requested: trio.Event = field(default_factory=trio.Event)
     http_shutdown: trio.Event = field(default_factory=trio.Event)

@@ -14,7 +14,7 @@ from daemon.collector.crawler import AlreadyRunning
 from daemon.collector.messages import ConsumedMessage
 from daemon.collector.queue import QueueUnavailable, RowQueue
 from daemon.collector.service import Collector, UnknownTask
-from daemon.config import WebhookSpec
+from daemon.config import WebhookSpec, check_webhook_url
 
 if TYPE_CHECKING:
     from daemon.app import Daemon
@@ -25,6 +25,10 @@ class StartRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Start this task only; all enabled tasks when absent."""
     webhook: str | WebhookSpec | None = None
     """Firecrawl v2 webhook for the run's job (overrides the task's)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.webhook, str):
+            check_webhook_url(self.webhook)
 
 
 class StopRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

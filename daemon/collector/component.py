@@ -53,6 +53,7 @@ def install(daemon: Daemon) -> None:
     async def run_collector(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
         await collector.run(task_status=task_status)
 
+    daemon.parts["collector"] = collector
     daemon.add_component("collector", run_collector)
     daemon.routes.extend(collector_api.routes(daemon, collector, queue))
 

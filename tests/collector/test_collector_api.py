@@ -1,0 +1,198 @@
+"""The collector inside a running daemon: control API, embedded queue and reload."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from daemon import config
+from daemon.app import Daemon, run_daemon
+from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
+from daemon.systemd import Notifier
+
+DAY = 86_400_000
+
+TEMPLATE = """
+[daemon]
+state_dir = "state"
+[http]
+bind = "127.0.0.1:0"
+[collector]
+auto_start = false
+batch_size = 50
+[[collector.accounts]]
+name = "main"
+base_url = "{base}"
+username = "demo"
+password_env = "SIM_PW"
+{tasks}
+"""
+
+TASK = """
+[[collector.tasks]]
+id = "{id}"
+account = "main"
+task_id = "{task_id}"
+date_field = "发布时间"
+"""
+
+
+@dataclass
+class Running:
+    daemon: Daemon
+    sim: OctoparseSim
+    path: Path
+    base: str
+    http: httpx.AsyncClient
+
+    def url(self, path: str) -> str:
+        assert self.daemon.http_address is not None
+        host, port = self.daemon.http_address
+        return f"http://{host}:{port}{path}"
+
+    def write(self, *task_ids: str) -> None:
+        tasks = "".join(TASK.format(id=t, task_id=self.sim_task(t)) for t in task_ids)
+        self.path.write_text(TEMPLATE.format(base=self.base, tasks=tasks))
+
+    def sim_task(self, name: str) -> str:
+        for task in self.sim.tasks.values():
+            if task.name == name:
+                return task.task_id
+        now = int(time.time() * 1000)
+        task_id = self.sim.add_task(name)
+        self.sim.append_dated(task_id, [now - DAY + i for i in range(120)])
+        return task_id
+
+    async def wait_idle(self, task_id: str) -> None:
+        crawler = self.daemon.parts["collector"].crawler(task_id)
+        with trio.fail_after(30):
+            while crawler.running:
+                await trio.sleep(0.01)
+
+
+@pytest.fixture
+async def running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Running]:
+    monkeypatch.setenv("SIM_PW", DEMO_PASSWORD)
+    sim = OctoparseSim()
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        host, port = await nursery.start(
+            lambda task_status: serve_sim(
+                sim, "127.0.0.1:0", shutdown=stop, task_status=task_status
+            )
+        )
+        path = tmp_path / "crawld.toml"
+        async with httpx.AsyncClient() as http:
+            r = Running(None, sim, path, f"http://{host}:{port}", http)  # type: ignore[arg-type]
+            r.write("alpha", "beta")
+            cfg = config.load(path)
+            r.daemon = await nursery.start(
+                lambda task_status: run_daemon(
+                    cfg, notifier=Notifier(None), task_status=task_status
+                )
+            )
+            yield r
+            r.daemon.request_stop()
+        stop.set()
+
+
+async def test_start_consume_and_queue_size(running: Running) -> None:
+    http = running.http
+    answer = await http.post(running.url("/crawl/start"), json={"task_id": "alpha"})
+    assert answer.status_code == 200, answer.text
+    assert [s["task_id"] for s in answer.json()["started"]] == ["alpha"]
+    await running.wait_idle("alpha")
+
+    size = (await http.get(running.url("/queue/size"))).json()
+    assert size == {"queue": "job_data", "kind": "embedded", "size": 120}
+    taken = (await http.get(running.url("/consume"), params={"count": 100})).json()
+    assert taken["count"] == 100
+    first = taken["messages"][0]
+    assert first["body"]["序号"] == "70"  # the newest window comes first
+    assert len(first["message_id"]) == 32
+    assert first["headers"]["task_id"] == "alpha"
+    assert 604_700_000 < int(first["expiration"]) <= 604_800_000
+    assert (await http.get(running.url("/queue/size"))).json()["size"] == 20
+
+    status = (await http.get(running.url("/status"))).json()
+    alpha = next(t for t in status["collector"]["tasks"] if t["id"] == "alpha")
+    assert alpha["last_run"]["status"] == "completed"
+    assert alpha["last_run"]["published"] == 120
+    assert status["broker"]["kind"] == "embedded"
+
+
+async def test_start_errors(running: Running) -> None:
+    http = running.http
+    unknown = await http.post(running.url("/crawl/start"), json={"task_id": "nope"})
+    assert unknown.status_code == 404
+    assert unknown.json() == {
+        "error": "task 'nope' is not configured",
+        "detail": {"task_id": "nope"},
+    }
+    bad = await http.post(running.url("/crawl/start"), json={"task": "alpha"})
+    assert bad.status_code == 422 and "task" in bad.json()["detail"]
+    bad_hook = await http.post(running.url("/crawl/start"), json={"webhook": "ftp://x"})
+    assert bad_hook.status_code == 422 and "webhook" in bad_hook.json()["detail"]
+    not_json = await http.post(running.url("/crawl/start"), content=b"{")
+    assert not_json.status_code == 400
+    for count in ("0", "1001", "x"):
+        r = await http.get(running.url("/consume"), params={"count": count})
+        assert r.status_code == 400 and r.json()["detail"] == {
+            "count": int(count) if count.isdigit() else count
+        }
+    assert (await http.get(running.url("/queue/size"))).json()["size"] == 0  # nothing changed
+
+
+async def test_already_running_and_stop(running: Running) -> None:
+    http = running.http
+    running.sim.throttle(every=1)  # every request answers 429: the run stays busy retrying
+    assert (
+        await http.post(running.url("/crawl/start"), json={"task_id": "beta"})
+    ).status_code == 200
+    again = await http.post(running.url("/crawl/start"), json={"task_id": "beta"})
+    assert again.status_code == 409
+    stopped = (await http.post(running.url("/crawl/stop"), json={})).json()
+    assert stopped["stopped"] == ["beta"] and stopped["not_running"] == ["alpha"]
+    running.sim.clear_faults()
+    await running.wait_idle("beta")
+
+
+async def test_tasks_lists_settings(running: Running) -> None:
+    tasks = (await running.http.get(running.url("/tasks"))).json()["tasks"]
+    assert [t["settings"]["id"] for t in tasks] == ["alpha", "beta"]
+    assert tasks[0]["settings"]["account"] == "main" and tasks[0]["active"]
+
+
+async def test_reload_adds_and_removes_tasks(running: Running) -> None:
+    running.write("alpha", "gamma")
+    os.kill(os.getpid(), signal.SIGHUP)  # the daemon's own signal receiver picks it up
+    with trio.fail_after(10):
+        while running.daemon.generation < 2:
+            await trio.sleep(0.01)
+    assert running.daemon.last_reload is not None
+    assert "tasks added: gamma" in running.daemon.last_reload.message
+    assert "tasks removed: beta" in running.daemon.last_reload.message
+    http = running.http
+    assert (
+        await http.post(running.url("/crawl/start"), json={"task_id": "beta"})
+    ).status_code == 404
+    assert (
+        await http.post(running.url("/crawl/start"), json={"task_id": "gamma"})
+    ).status_code == 200
+    await running.wait_idle("gamma")
+    assert (await http.get(running.url("/queue/size"))).json()["size"] == 120
+
+
+async def test_openapi_lists_collector_routes(running: Running) -> None:
+    spec = (await running.http.get(running.url("/openapi.json"))).json()
+    for path in ("/tasks", "/crawl/start", "/crawl/stop", "/consume", "/queue/size"):
+        assert path in spec["paths"]
+    assert "409" in spec["paths"]["/crawl/start"]["post"]["responses"]
