@@ -80,10 +80,20 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="print a running daemon's /status")
     status.add_argument("--url", default="http://127.0.0.1:8700")
     status.set_defaults(fn=_cmd_status)
+    sub.add_parser(
+        "demo",
+        help="the daemon with bundled simulators: see rows and webhooks move (demo --help)",
+        add_help=False,
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["demo"]:  # its options are the demo's own (crawld demo --help)
+        from daemon import demo
+
+        return demo.main(argv[1:])
     args = build_parser().parse_args(argv)
     return int(args.fn(args))
 

@@ -1,0 +1,154 @@
+# `crawld demo`: the daemon plus the bundled simulators in one process, so a new user sees rows,
+# jobs and webhooks move within a minute, with no accounts. The Octoparse simulator serves a task
+# that keeps growing, a webhook receiver prints the events it gets, and the daemon collects with
+# the embedded queue (or RabbitMQ when one answers and --broker amqp is given). The demo's
+# config is written to a file in the state directory, so `kill -HUP` reloads it like the real thing.
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+
+from daemon import config
+from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
+from daemon.fakes.receiver import WebhookReceiver
+from daemon.logs import get_logger, setup_logging
+
+log = get_logger("demo")
+DAY_MS = 86_400_000
+
+CONFIG = """\
+# Written by `crawld demo`. Edit it and send SIGHUP (kill -HUP {pid}) to see a reload.
+[daemon]
+state_dir = "{state}"
+log_level = "info"
+
+[http]
+bind = "{http}"
+
+[broker]
+kind = "{broker}"
+url = "{amqp_url}"
+password_env = "CRAWLD_DEMO_AMQP_PASSWORD"
+queue = "crawld_demo"
+
+[collector]
+auto_start = true
+interval = "{interval}"
+batch_size = 100
+
+[[collector.accounts]]
+name = "demo"
+base_url = "{octoparse}"
+username = "demo"
+password_env = "CRAWLD_DEMO_OCTOPARSE_PASSWORD"
+
+[[collector.tasks]]
+id = "demo"
+account = "demo"
+task_id = "{task_id}"
+date_field = "发布时间"
+webhook = "{receiver}/hooks/crawld"
+
+[webhooks]
+allow_cidrs = ["127.0.0.0/8"]
+retry_schedule = ["1s", "5s", "30s"]
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="crawld demo", description=__doc__)
+    parser.add_argument("--http", default="127.0.0.1:8700", help="crawld API address")
+    parser.add_argument("--octoparse", default="127.0.0.1:8701", help="simulator address")
+    parser.add_argument("--receiver", default="127.0.0.1:8702", help="webhook receiver address")
+    parser.add_argument("--broker", choices=["embedded", "amqp"], default="embedded")
+    parser.add_argument("--amqp-url", default="amqp://guest@127.0.0.1:5672/")
+    parser.add_argument("--rows", type=int, default=3000, help="rows the demo task starts with")
+    parser.add_argument("--days", type=float, default=14.0, help="the rows span this many days")
+    parser.add_argument("--grow", type=int, default=25, help="new rows every --grow-every")
+    parser.add_argument("--grow-every", type=float, default=10.0, help="seconds")
+    parser.add_argument("--interval", default="20s", help="time between collection runs")
+    parser.add_argument("--state-dir", default=None, help="default: a new temporary directory")
+    return parser
+
+
+async def _grow(sim: OctoparseSim, task_id: str, count: int, every: float) -> None:
+    while count > 0:
+        await trio.sleep(every)
+        sim.append_rows(task_id, count)
+
+
+def _state_dir(given: str | None) -> Path:
+    state = Path(given or tempfile.mkdtemp(prefix="crawld-demo-")).resolve()
+    state.mkdir(parents=True, exist_ok=True)
+    return state
+
+
+async def run_demo(args: argparse.Namespace) -> int:
+    from daemon.app import run_daemon
+
+    state = await trio.to_thread.run_sync(_state_dir, args.state_dir)
+    os.environ.setdefault("CRAWLD_DEMO_OCTOPARSE_PASSWORD", DEMO_PASSWORD)
+    os.environ.setdefault("CRAWLD_DEMO_AMQP_PASSWORD", "guest")
+    sim = OctoparseSim()
+    task_id = sim.add_task("demo", rows=args.rows, days=args.days)
+    receiver = WebhookReceiver(bind=args.receiver)
+    async with trio.open_nursery() as nursery:
+        sim_host, sim_port = await nursery.start(
+            lambda task_status: serve_sim(sim, args.octoparse, task_status=task_status)
+        )
+        rx_host, rx_port = await nursery.start(receiver.run)
+        path = state / "crawld-demo.toml"
+        text = CONFIG.format(
+            pid=os.getpid(),
+            state=state,
+            http=args.http,
+            broker=args.broker,
+            amqp_url=args.amqp_url,
+            interval=args.interval,
+            octoparse=f"http://{sim_host}:{sim_port}",
+            task_id=task_id,
+            receiver=f"http://{rx_host}:{rx_port}",
+        )
+        await trio.Path(path).write_text(text, encoding="utf-8")
+        cfg = config.load(path)
+        api = f"http://{args.http}"
+        print(
+            f"""
+crawld demo (pid {os.getpid()}), state in {state}
+  Octoparse simulator  http://{sim_host}:{sim_port}   (GET /_sim/stats)
+                       task "demo": {args.rows} rows over {args.days:g} days,
+                       +{args.grow} rows every {args.grow_every:g}s
+  webhook receiver     http://{rx_host}:{rx_port}   (GET /_receiver/summary)
+  crawld API           {api}   config {path}
+
+Try, in another terminal:
+  curl -s {api}/status | python3 -m json.tool     # what every part is doing
+  curl -s {api}/queue/size                        # rows waiting in the {args.broker} queue
+  curl -s '{api}/consume?count=2' | python3 -m json.tool
+  curl -s -XPOST {api}/crawl/start -d '{{"task_id": "demo"}}'   # 409 while a run is going
+  curl -s http://{rx_host}:{rx_port}/_receiver/summary             # webhook events received
+  curl -s {api}/metrics | grep crawld_
+Stop with Ctrl-C.
+""",
+            file=sys.stderr,
+            flush=True,
+        )
+        nursery.start_soon(_grow, sim, task_id, args.grow, args.grow_every)
+        started = time.monotonic()
+        code = await run_daemon(cfg)
+        log.info("demo finished", seconds=round(time.monotonic() - started, 1))
+        receiver.stop()
+        nursery.cancel_scope.cancel()
+    return code
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging("info")
+    return trio.run(run_demo, args)
