@@ -61,6 +61,10 @@ class Daemon:
     routes: list[Any] = field(default_factory=list)
     status_sections: dict[str, StatusSection] = field(default_factory=dict)
     reload_hooks: list[ReloadHook] = field(default_factory=list)
+    jobs: Any = None
+    """The JobManager (daemon/jobs/manager.py) once the jobs part is installed."""
+    metric_refreshers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    """Run before each /metrics scrape to set gauges that need a store read."""
     parts: dict[str, Any] = field(default_factory=dict)
     """The objects each area installed, by name ("collector", …), for the API and tests."""
     http_address: tuple[str, int] | None = None
@@ -175,8 +179,9 @@ def default_installers() -> list[Installer]:
         daemon.routes.extend(control.routes(daemon))
 
     from daemon.collector import component as collector
+    from daemon.jobs import component as jobs
 
-    return [install_control, collector.install]
+    return [install_control, jobs.install, collector.install]
 
 
 async def _serve_http(daemon: Daemon, task_status: trio.TaskStatus[Any]) -> None:

@@ -24,3 +24,36 @@ config_generation = Gauge(
 
 def render() -> bytes:
     return generate_latest(REGISTRY)
+
+
+collector_rows = Counter(
+    "crawld_collector_rows",
+    "Rows seen by the collector, by task and outcome "
+    "(fetched, published, duplicate, and the drop reasons expired/missing/unparseable)",
+    ["task", "outcome"],
+    registry=REGISTRY,
+)
+collector_runs = Counter(
+    "crawld_collector_runs",
+    "Finished collector runs by task and status (completed, stopped, cancelled, failed)",
+    ["task", "status"],
+    registry=REGISTRY,
+)
+queue_published = Counter(
+    "crawld_queue_published",
+    "Messages confirmed by RabbitMQ (or expired before publishing), by queue",
+    ["queue", "outcome"],
+    registry=REGISTRY,
+)
+queue_publish_failures = Counter(
+    "crawld_queue_publish_failures",
+    "Publish batches that failed and were retried, by queue",
+    ["queue"],
+    registry=REGISTRY,
+)
+outbox_pending = Gauge(
+    "crawld_outbox_pending",
+    "Items appended to an outbox stream and not yet acknowledged",
+    ["stream"],
+    registry=REGISTRY,
+)

@@ -70,6 +70,8 @@ def routes(daemon: Daemon) -> list[ApiRoute]:
         return json(await daemon.status())
 
     async def metrics_text(request: Request) -> Response:
+        for refresh in daemon.metric_refreshers:
+            await refresh()
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return [

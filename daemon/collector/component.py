@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from daemon import metrics
 from daemon.broker import BrokerSettings, open_amqp_broker
 from daemon.collector.queue import AmqpQueue, EmbeddedQueue, RowQueue, stream_name
 from daemon.collector.service import Collector
@@ -68,6 +69,11 @@ def install(daemon: Daemon) -> None:
     async def broker_section() -> dict[str, Any]:
         return queue.status()
 
+    async def refresh_pending() -> None:
+        assert daemon.outbox is not None
+        metrics.outbox_pending.labels(stream).set((await daemon.outbox.state(stream)).pending)
+
+    daemon.metric_refreshers.append(refresh_pending)
     daemon.status_sections["collector"] = collector_section
     daemon.status_sections["broker"] = broker_section
     daemon.reload_hooks.append(collector.apply)

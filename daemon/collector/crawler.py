@@ -20,6 +20,7 @@ import apsw
 import msgspec
 import trio
 
+from daemon import metrics
 from daemon import outbox as outbox_mod
 from daemon.collector import paging
 from daemon.collector.datefilter import DateCounts, DateRule, expiration_ms, judge
@@ -313,6 +314,8 @@ class TaskCrawler:
                 kept.append((row, ttl))
             else:
                 stats.dropped.count(judgement)
+                reason = "expired" if judgement.verdict == "recent" else judgement.verdict
+                metrics.collector_rows.labels(self.task.id, reason).inc()
         result = paging.WindowResult(
             rows=page.returned,
             next_offset=page.offset,
@@ -342,6 +345,10 @@ class TaskCrawler:
         if pending is not None and self.jobs is not None:
             await self.jobs.after_commit(pending)
         stats.windows += 1
+        rows_metric = metrics.collector_rows
+        rows_metric.labels(self.task.id, "fetched").inc(page.returned)
+        rows_metric.labels(self.task.id, "published").inc(len(items))
+        rows_metric.labels(self.task.id, "duplicate").inc(len(kept) - len(items))
         stats.fetched += page.returned
         stats.kept += len(kept)
         stats.duplicates += len(kept) - len(items)
@@ -371,6 +378,7 @@ class TaskCrawler:
         stats.finished_ms = self.clock_ms()
         self.current = None
         self.last_result = stats
+        metrics.collector_runs.labels(self.task.id, stats.status).inc()
         state = await self.store.read(lambda c: load_task_state(c, self.task.id))
         self.high_water = paging.high_water(state.progress)
         await self.store.write(

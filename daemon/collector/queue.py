@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import trio
 
+from daemon import metrics
 from daemon.broker import AmqpBroker, BrokerError
 from daemon.collector.messages import ConsumedMessage, consumed_from_item, decode_body, outgoing
 from daemon.logs import get_logger
@@ -133,6 +134,7 @@ class AmqpQueue:
             except BrokerError as exc:
                 failures += 1
                 self.failed_batches += 1
+                metrics.queue_publish_failures.labels(self.stream).inc()
                 self.last_error = str(exc)
                 delay = restart_delay(failures, 0.2, 10.0, rng)
                 log.warning(
@@ -149,3 +151,5 @@ class AmqpQueue:
             await self.outbox.ack(self.stream, batch[-1].seq)
             self.published += len(messages)
             self.expired_before_publish += len(batch) - len(messages)
+            metrics.queue_published.labels(self.stream, "confirmed").inc(len(messages))
+            metrics.queue_published.labels(self.stream, "expired").inc(len(batch) - len(messages))

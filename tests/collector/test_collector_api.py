@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import AsyncIterator
@@ -127,6 +128,11 @@ async def test_start_consume_and_queue_size(running: Running) -> None:
     assert alpha["last_run"]["status"] == "completed"
     assert alpha["last_run"]["published"] == 120
     assert status["broker"]["kind"] == "embedded"
+    metrics = (await http.get(running.url("/metrics"))).text
+    published = re.search(r'crawld_collector_rows_total\{outcome="published",task="alpha"\} (\S+)', metrics)
+    assert published is not None and float(published.group(1)) >= 120  # the registry is per process
+    assert 'crawld_collector_runs_total{status="completed",task="alpha"}' in metrics
+    assert 'crawld_outbox_pending{stream="queue:job_data"} 20.0' in metrics
 
 
 async def test_start_errors(running: Running) -> None:
