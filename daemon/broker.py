@@ -12,6 +12,9 @@
 # the broker is down), declares the queue, then watches `connection.closing` so a lost connection
 # is noticed at once and replaced. Calls never block on a dead connection: they wait a bounded
 # time for a live one and otherwise raise BrokerUnavailable.
+#
+# `get` (the /consume route) takes messages with a prefetch-bounded consumer rather than one
+# basic.get round trip per message, so a large take answers well before HTTP clients time out.
 from __future__ import annotations
 
 import asyncio
@@ -247,6 +250,15 @@ def _received(delivered: DeliveredMessage) -> ReceivedMessage:
     )
 
 
+_UNBOUNDED = 0
+"""Channel frame buffer size. aiormq's default (10) lets frames still arriving for a channel
+being closed (deliveries, confirms) fill its buffer and stall the connection's only reader,
+and with it every other channel. Incoming frames are bounded anyway: by prefetch on the admin
+channel, by the publishes in flight on the confirm channel."""
+
+_TAKE_IDLE = 0.1
+"""Seconds `get` waits for the next delivery before settling for fewer than asked."""
+
 _STABLE_AFTER = 10.0
 """Seconds a connection must live before a loss restarts the backoff from its first step."""
 
@@ -277,8 +289,10 @@ async def _aio_connect(
     async with asyncio.timeout(timeout):
         connection = await aiormq.connect(url)
         try:
-            publish = await connection.channel(publisher_confirms=True, on_return_raises=True)
-            admin = await connection.channel(publisher_confirms=False)
+            publish = await connection.channel(
+                publisher_confirms=True, on_return_raises=True, frame_buffer_size=_UNBOUNDED
+            )
+            admin = await connection.channel(publisher_confirms=False, frame_buffer_size=_UNBOUNDED)
             await admin.queue_declare(queue, durable=True, arguments=declare_arguments(queue_type))
         except BaseException:
             await _aio_close_connection(connection)
@@ -299,7 +313,9 @@ async def _aio_close_channel(channel: AbstractChannel) -> None:
 
 
 async def _aio_open_channel(connection: AbstractConnection, timeout: float) -> AbstractChannel:
-    return await connection.channel(publisher_confirms=False, timeout=timeout)
+    return await connection.channel(
+        publisher_confirms=False, frame_buffer_size=_UNBOUNDED, timeout=timeout
+    )
 
 
 async def _aio_wait_closed(connection: AbstractConnection, channel: AbstractChannel) -> str:
@@ -345,22 +361,45 @@ async def _aio_publish_all(
     return [result if isinstance(result, BaseException) else None for result in results]
 
 
-async def _aio_get(
-    channel: AbstractChannel, queue: str, count: int, timeout: float
+async def _aio_take(
+    channel: AbstractChannel, queue: str, count: int, timeout: float, idle: float
 ) -> list[DeliveredMessage]:
-    taken: list[DeliveredMessage] = []
+    # One basic.get per message costs a round trip each (about 1 ms here, so seconds for 1000,
+    # long enough for an HTTP client to give up after we acked). Instead: a consumer limited by
+    # prefetch to the messages ready now, cancelled once they arrived (or nothing came for
+    # `idle` seconds: expired messages behind the head still count as ready), then one ack.
     async with asyncio.timeout(timeout):
-        for _ in range(count):
-            delivered = await channel.basic_get(queue, no_ack=False)
-            if not isinstance(delivered.delivery, spec.Basic.GetOk):
+        ready = await channel.queue_declare(queue, passive=True)
+        want = min(count, int(ready.message_count or 0), 65535) if ready else 0
+        if want == 0:
+            return []
+        taken: list[DeliveredMessage] = []
+        arrived = asyncio.Event()
+
+        async def on_message(message: DeliveredMessage) -> None:
+            taken.append(message)
+            arrived.set()
+
+        await channel.basic_qos(prefetch_count=want)
+        consume = await channel.basic_consume(queue, on_message, no_ack=False)
+        while len(taken) < want:
+            arrived.clear()
+            try:
+                async with asyncio.timeout(idle):
+                    await arrived.wait()
+            except TimeoutError:
                 break
-            taken.append(delivered)
-        if taken:
-            last = taken[-1].delivery_tag
-            assert last is not None
-            # wait=False only queues the frame, so no cancellation can land between "acked"
-            # and "returned to the caller".
-            await channel.basic_ack(last, multiple=True, wait=False)
+        assert consume.consumer_tag is not None
+        await channel.basic_cancel(consume.consumer_tag)
+        await asyncio.sleep(0)  # let callbacks for deliveries before Basic.CancelOk finish
+        if not taken:
+            return []
+        taken.sort(key=lambda message: message.delivery_tag or 0)
+        last = taken[-1].delivery_tag
+        assert last is not None
+        # wait=False only queues the frame, so no cancellation can land between "acked" and
+        # "returned to the caller".
+        await channel.basic_ack(last, multiple=True, wait=False)
     return taken
 
 
@@ -499,8 +538,9 @@ class AmqpBroker:
             raise self._publish_error(link, failures, len(batch))
 
     async def get(self, count: int = 1) -> list[ReceivedMessage]:
-        """Take up to `count` ready messages (basic.get, acknowledged once all are read).
-        Cancelled or failed midway, the unacknowledged ones go back to the queue."""
+        """Take up to `count` of the messages ready in the queue, in queue order, acknowledged
+        together once all arrived. Cancelled or failed midway, none is taken (the broker puts
+        them back, marked redelivered)."""
         if count < 1:
             raise ValueError(f"count must be at least 1, got {count}")
         link = await self._live_link()
@@ -510,7 +550,12 @@ class AmqpBroker:
             channel = await self._admin_channel(link)
             try:
                 delivered = await self._aio(
-                    _aio_get, channel, self.settings.queue, count, self.settings.operation_timeout
+                    _aio_take,
+                    channel,
+                    self.settings.queue,
+                    count,
+                    self.settings.operation_timeout,
+                    _TAKE_IDLE,
                 )
             except BaseException as exc:
                 # Deliveries not yet acknowledged are requeued by the broker when their channel
@@ -568,7 +613,7 @@ class AmqpBroker:
     async def _drop_admin(self, link: _Link, channel: AbstractChannel) -> None:
         if link.admin is channel:
             link.admin = None
-        with trio.move_on_after(3):
+        with trio.move_on_after(3), contextlib.suppress(BrokerError):
             await self._aio(_aio_close_channel, channel)
 
     async def _declare(self, link: _Link, *, passive: bool) -> int:
@@ -677,7 +722,7 @@ class AmqpBroker:
                     self.settings.queue_type,
                     self.settings.connect_timeout,
                 )
-            except (BrokerError, Exception) as exc:
+            except Exception as exc:
                 attempt += 1
                 self.last_error = _describe(exc)
                 log.warning(
@@ -700,7 +745,11 @@ class AmqpBroker:
                 await self._watch(link)
             finally:
                 self._lose(link, link.reason or "closed")
-                with trio.CancelScope(shield=True), trio.move_on_after(3):
+                with (
+                    trio.CancelScope(shield=True),
+                    trio.move_on_after(3),
+                    contextlib.suppress(BrokerError),
+                ):
                     await self._aio(_aio_close_connection, connection)
             self.last_error = link.reason
             log.warning("RabbitMQ connection lost", url=self.url, error=link.reason)
@@ -727,7 +776,7 @@ class AmqpBroker:
         link = self._link
         if link is not None:
             self._lose(link, "closed")
-            with trio.move_on_after(3):
+            with trio.move_on_after(3), contextlib.suppress(BrokerError):
                 await self._aio(_aio_close_connection, link.connection)
 
 
