@@ -5,7 +5,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 
 pick_python() {
-    for candidate in "${CRAWLD_PYTHON:-}" python3.13 python3.12 python3.11 python3; do
+    for candidate in "${CRAWLD_PYTHON:-}" python3.11 python3.12 python3.13 python3; do
         [ -n "$candidate" ] || continue
         if command -v "$candidate" >/dev/null 2>&1 &&
             "$candidate" -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] < (3, 14) else 1)' 2>/dev/null; then
