@@ -131,7 +131,7 @@ def drop_stream(conn: apsw.Connection, stream: str) -> None:
     conn.execute("DELETE FROM outbox_streams WHERE stream = ?", (stream,))
 
 
-class _Signal:
+class Signal:
     """A wake-up: waiters take the current event before checking, firing replaces it."""
 
     def __init__(self) -> None:
@@ -148,13 +148,13 @@ class Outbox:
     def __init__(self, store: Store, clock_ms: Callable[[], int] = now_ms) -> None:
         self.store = store
         self.clock_ms = clock_ms
-        self._appended: dict[str, _Signal] = {}
-        self._acked: dict[str, _Signal] = {}
+        self._appended: dict[str, Signal] = {}
+        self._acked: dict[str, Signal] = {}
 
-    def _signal(self, table: dict[str, _Signal], stream: str) -> _Signal:
+    def _signal(self, table: dict[str, Signal], stream: str) -> Signal:
         sig = table.get(stream)
         if sig is None:
-            sig = table[stream] = _Signal()
+            sig = table[stream] = Signal()
         return sig
 
     def notify_appended(self, stream: str) -> None:
@@ -282,8 +282,8 @@ class MemoryStream:
         self.clock_ms = clock_ms
         self._items: deque[Item] = deque()
         self._next_seq = first_seq
-        self._appended = _Signal()
-        self._acked = _Signal()
+        self._appended = Signal()
+        self._acked = Signal()
         self.ack_cursor = first_seq - 1
 
     @property

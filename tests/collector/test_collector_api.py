@@ -129,7 +129,9 @@ async def test_start_consume_and_queue_size(running: Running) -> None:
     assert alpha["last_run"]["published"] == 120
     assert status["broker"]["kind"] == "embedded"
     metrics = (await http.get(running.url("/metrics"))).text
-    published = re.search(r'crawld_collector_rows_total\{outcome="published",task="alpha"\} (\S+)', metrics)
+    published = re.search(
+        r'crawld_collector_rows_total\{outcome="published",task="alpha"\} (\S+)', metrics
+    )
     assert published is not None and float(published.group(1)) >= 120  # the registry is per process
     assert 'crawld_collector_runs_total{status="completed",task="alpha"}' in metrics
     assert 'crawld_outbox_pending{stream="queue:job_data"} 20.0' in metrics

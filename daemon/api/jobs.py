@@ -1,0 +1,142 @@
+# Jobs over HTTP in Firecrawl v2's shapes, so Firecrawl clients can poll a collector run like a
+# crawl: status with paginated data, the error list, cancel. Not-found/conflict answers use
+# Firecrawl's `{success: false, error}`; malformed ids and parameters get the daemon's usual 400.
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from daemon.api.app import ApiRoute, QueryParam, json
+from daemon.api.errors import HTTPError, decode_query_int
+from daemon.jobs.store import JobFinished, JobNotFound
+
+if TYPE_CHECKING:
+    from daemon.jobs.manager import JobManager
+
+PAGE_BYTES = 10 * 1024 * 1024
+"""A status page stops adding rows at about this much JSON (Firecrawl cuts at 10 MiB)."""
+MAX_LIMIT = 10_000
+
+
+class CrawlStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
+    success: bool
+    status: str
+    completed: int
+    total: int
+    createdAt: str
+    completedAt: str | None = None
+    expiresAt: str
+    data: list[Any]
+    next: str | None = None
+    """Absolute URL of the next page; present while more rows follow."""
+
+
+class CrawlError(msgspec.Struct):
+    id: str
+    timestamp: str
+    url: str
+    code: str | None
+    error: str
+
+
+class CrawlErrors(msgspec.Struct):
+    errors: list[CrawlError]
+    robotsBlocked: list[str]
+
+
+class CancelResult(msgspec.Struct):
+    status: str
+
+
+def iso(ms: int) -> str:
+    """Epoch milliseconds as ISO 8601 UTC with milliseconds (`2026-01-02T03:04:05.678Z`)."""
+    text = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z")
+
+
+def _not_found() -> Response:
+    return json({"success": False, "error": "Job not found"}, 404)
+
+
+def _job_id(request: Request) -> str:
+    raw = request.path_params["id"]
+    try:
+        return str(uuid.UUID(raw))
+    except ValueError:
+        raise HTTPError(400, "invalid job id: expected a UUID", {"id": raw}) from None
+
+
+def routes(manager: JobManager) -> list[ApiRoute]:
+    async def crawl_status(request: Request) -> Response:
+        job_id = _job_id(request)
+        skip = decode_query_int(request, "skip", 0, 0, 2**31)
+        limit = decode_query_int(request, "limit", MAX_LIMIT, 1, MAX_LIMIT)
+        record = await manager.get_job(job_id)
+        if record is None:
+            return _not_found()
+        rows, more = await manager.job_rows(job_id, skip, limit, PAGE_BYTES)
+        next_url = None
+        if more:
+            next_url = str(request.url.include_query_params(skip=skip + len(rows)))
+        return json(
+            CrawlStatus(
+                success=True,
+                status=record.status,
+                completed=record.completed,
+                total=record.total,
+                createdAt=iso(record.created_ms),
+                completedAt=None if record.completed_ms is None else iso(record.completed_ms),
+                expiresAt=iso(record.expires_ms),
+                data=[msgspec.Raw(r) for r in rows],
+                next=next_url,
+            )
+        )
+
+    async def crawl_errors(request: Request) -> Response:
+        job_id = _job_id(request)
+        if await manager.get_job(job_id) is None:
+            return _not_found()
+        errors = await manager.job_errors(job_id)
+        return json(
+            CrawlErrors(
+                errors=[
+                    CrawlError(e.id, iso(e.at_ms), e.url or "", e.code, e.error) for e in errors
+                ],
+                robotsBlocked=[],
+            )
+        )
+
+    async def crawl_cancel(request: Request) -> Response:
+        job_id = _job_id(request)
+        try:
+            await manager.cancel(job_id)
+        except JobNotFound:
+            return _not_found()
+        except JobFinished as exc:
+            return json({"success": False, "error": f"Job is already {exc.status}"}, 409)
+        return json(CancelResult(status="cancelled"))
+
+    page_params = [
+        QueryParam("skip", "Rows to skip (from the `next` link)", "integer"),
+        QueryParam("limit", f"Most rows in this page (1..{MAX_LIMIT})", "integer"),
+    ]
+    return [
+        ApiRoute("GET", "/v2/crawl/{id}", crawl_status,
+                 "A job's status, counters and produced rows (paginated with `next`)",
+                 response=CrawlStatus, query=page_params,
+                 errors={400: "malformed id or parameter", 404: "Job not found"}),
+        ApiRoute("GET", "/v2/crawl/{id}/errors", crawl_errors,
+                 "A job's errors, undelivered webhook events included (code WEBHOOK_FAILED)",
+                 response=CrawlErrors,
+                 errors={400: "malformed id", 404: "Job not found"}),
+        ApiRoute("DELETE", "/v2/crawl/{id}", crawl_cancel,
+                 "Cancel a running job (its producer stops between windows)",
+                 response=CancelResult,
+                 errors={400: "malformed id", 404: "Job not found",
+                         409: "the job already has a final status"}),
+    ]  # fmt: skip

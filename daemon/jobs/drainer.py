@@ -1,0 +1,401 @@
+# One drainer per job delivers that job's webhook events in seq order, one request in flight,
+# so a receiver sees started < pages < terminal and a failing event holds back the ones after it
+# until it has a final outcome (delivered, failed after the retry schedule, or blocked by the
+# SSRF guard). Many jobs drain at once; a limiter per destination host caps how many requests hit
+# one receiver together.
+#
+# Where events come from (JobState says which):
+# - the job's durable outbox stream: read after the ack cursor; after each final outcome ONE
+#   transaction advances the cursor, deletes the event and, for a failure, appends the job error.
+#   A crash can only repeat the event in flight (same webhookId and bytes);
+# - its bounded memory queue: with `jobs.store = false`, or for events issued after the store
+#   failed (the job is "degraded"). A degraded durable job first sends what it can still read
+#   from disk, then the memory queue; anything left unread on disk goes out after a restart.
+#
+# The HTTP side (`Deliverer`) is shared by every drainer: one httpx client, the signing secret,
+# the retry schedule and the per-host limiters, all swappable on reload.
+from __future__ import annotations
+
+import functools
+import random
+import time
+from collections import Counter as Tally
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import apsw
+import httpx
+import msgspec
+import trio
+from prometheus_client import Counter, Histogram
+
+from daemon import outbox as outbox_mod
+from daemon.config import WebhooksConfig, WebhookSpec, resolve_secret
+from daemon.jobs import events, retry, signing, ssrf
+from daemon.jobs import store as jobstore
+from daemon.logs import get_logger
+from daemon.metrics import REGISTRY
+from daemon.outbox import Item, MemoryStream, Outbox, Signal
+from daemon.store import Store
+
+log = get_logger("webhooks")
+
+OUTCOMES = ("delivered", "failed", "blocked", "degraded", "dropped")
+EVENTS = Counter(
+    "crawld_webhook_events",
+    "Webhook events by outcome: delivered, failed (retries exhausted or 410), blocked (SSRF "
+    "guard) are final; degraded counts events queued in memory because the store failed; "
+    "dropped counts memory-queued events lost at shutdown",
+    ["outcome"],
+    registry=REGISTRY,
+)
+ATTEMPTS = Counter(
+    "crawld_webhook_attempts",
+    "Webhook HTTP attempts by result: 2xx, 3xx, 4xx, 5xx, timeout, connect, dns, network, blocked",
+    ["result"],
+    registry=REGISTRY,
+)
+DELIVERY_SECONDS = Histogram(
+    "crawld_webhook_delivery_seconds",
+    "Time from a webhook event being queued to its delivery (2xx)",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+    registry=REGISTRY,
+)
+ATTEMPT_SECONDS = Histogram(
+    "crawld_webhook_attempt_seconds",
+    "Duration of one webhook HTTP attempt",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+for _outcome in OUTCOMES:
+    EVENTS.labels(_outcome)
+
+READ_BATCH = 64
+
+
+@dataclass(eq=False)
+class JobState:
+    """What the manager and the job's drainer share about one job with live webhook state."""
+
+    id: str
+    kind: str
+    webhook: WebhookSpec | None
+    durable: bool
+    """Events go to the outbox stream (jobs.store); False: the memory queue only."""
+    last_seq: int = 0
+    """Highest event seq known to be issued (committed, or numbered in memory)."""
+    terminated: bool = False
+    """The terminal event (or final status) is committed: the drainer may end once drained."""
+    attached: bool = False
+    """A producer in this process is working on the job (DELETE then only asks it to stop)."""
+    degraded: bool = False
+    """The store failed for this job: its later events go to the memory queue."""
+    disk_closed: bool = False
+    """The drainer stopped reading the outbox (it failed, or the job degraded and it ran dry)."""
+    pending: int = 0
+    """Events issued and not yet at a final outcome."""
+    head_ms: int | None = None
+    """When the event now being delivered was queued (epoch ms)."""
+    memory: MemoryStream | None = None
+    drainer: bool = False
+    drained: bool = False
+    """The drainer ended normally: the job is finished and every event has a final outcome."""
+    cancel: trio.Event = field(default_factory=trio.Event)
+    lock: trio.Lock = field(default_factory=trio.Lock)
+    wake: Signal = field(default_factory=Signal)
+    done: trio.Event = field(default_factory=trio.Event)
+    host_key: str = ""
+
+    def __post_init__(self) -> None:
+        if self.webhook is not None:
+            try:
+                url = httpx.URL(self.webhook.url)
+                self.host_key = f"{url.scheme}://{url.host}:{url.port or ''}"
+            except httpx.InvalidURL:  # the SSRF guard refuses it at the first attempt
+                self.host_key = self.webhook.url
+
+    @property
+    def stream(self) -> str:
+        return jobstore.stream_name(self.id)
+
+    def degrade(self, why: str, exc: BaseException | None = None) -> None:
+        """Send this job's later events through the memory queue (the store failed)."""
+        if not self.degraded:
+            self.degraded = True
+            log.error(
+                "store failed; the job's later webhook events go to the memory queue",
+                job=self.id,
+                why=why,
+                error=None if exc is None else f"{type(exc).__name__}: {exc}",
+            )
+        self.wake.fire()
+
+
+class DeliverySettings(msgspec.Struct, frozen=True):
+    secret: str | None
+    timeout: float
+    schedule: tuple[float, ...]
+    allow: tuple[ssrf.Network, ...]
+    per_host: int
+
+    @classmethod
+    def from_config(cls, cfg: WebhooksConfig) -> DeliverySettings:
+        return cls(
+            secret=resolve_secret(cfg.secret_env, "$.webhooks.secret_env"),
+            timeout=float(cfg.timeout),
+            schedule=tuple(float(s) for s in cfg.retry_schedule),
+            allow=tuple(ssrf.parse_networks(cfg.allow_cidrs)),
+            per_host=cfg.per_host_concurrency,
+        )
+
+
+class Final(msgspec.Struct, frozen=True):
+    """An event's final outcome."""
+
+    outcome: str  # delivered | failed | blocked
+    attempts: int
+    status: int | None
+    reason: str
+
+
+def _result_label(status: int | None, kind: str | None) -> str:
+    if status is not None:
+        return f"{status // 100}xx"
+    return kind or "network"
+
+
+class Deliverer:
+    """Sends one event until it has a final outcome: signing, SSRF guard, retries, host caps."""
+
+    def __init__(
+        self,
+        settings: DeliverySettings,
+        client: httpx.AsyncClient | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.rng = rng or random.Random()
+        self.outcomes: Tally[str] = Tally()
+        self._limiters: dict[str, trio.CapacityLimiter] = {}
+
+    def reconfigure(self, settings: DeliverySettings) -> None:
+        self.settings = settings
+        for limiter in self._limiters.values():
+            limiter.total_tokens = settings.per_host
+
+    def limiter(self, host_key: str) -> trio.CapacityLimiter:
+        limiter = self._limiters.get(host_key)
+        if limiter is None:
+            limiter = self._limiters[host_key] = trio.CapacityLimiter(self.settings.per_host)
+        return limiter
+
+    async def deliver(self, job: JobState, item: Item) -> Final:
+        assert job.webhook is not None and self.client is not None
+        webhook = job.webhook
+        type_ = item.meta.get("type")
+        attempt = 0
+        while True:
+            attempt += 1
+            settings = self.settings
+            headers = signing.attempt_headers(
+                item.body,
+                webhook_id=item.key,
+                timestamp=int(time.time()),
+                secret=settings.secret,
+                event_type=type_,
+                job_id=job.id,
+                user_headers=webhook.headers,
+            )
+            status: int | None = None
+            kind: str | None = None
+            retry_after: str | None = None
+            detail: str | None = None
+            async with self.limiter(job.host_key):
+                started = time.perf_counter()
+                try:
+                    response = await ssrf.post_vetted(
+                        self.client,
+                        webhook.url,
+                        item.body,
+                        headers,
+                        settings.allow,
+                        settings.timeout,
+                    )
+                    status = response.status_code
+                    retry_after = response.headers.get("retry-after")
+                except ssrf.BlockedAddress as exc:
+                    kind, detail = ssrf.error_kind(exc), exc.reason
+                except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
+                    kind = ssrf.error_kind(exc)
+            ATTEMPT_SECONDS.observe(time.perf_counter() - started)
+            ATTEMPTS.labels(_result_label(status, kind)).inc()
+            decision = retry.decide(
+                attempt,
+                status,
+                cast(retry.ErrorKind | None, kind),
+                retry_after,
+                time.time(),
+                settings.schedule,
+                self.rng,
+                reason_detail=detail,
+            )
+            if decision.final:
+                return Final(decision.kind, attempt, status, decision.reason)
+            log.debug(
+                "webhook attempt failed; retrying",
+                job=job.id,
+                event=events.event_id(job.id, item.meta.get("seq", 0)),
+                attempt=attempt,
+                reason=decision.reason,
+                delay_s=round(decision.delay, 3),
+            )
+            await trio.sleep(decision.delay)
+
+
+class JobDrainer:
+    """Delivers one job's events until the job is finished and its queue is empty."""
+
+    def __init__(
+        self,
+        job: JobState,
+        deliverer: Deliverer,
+        store: Store,
+        outbox: Outbox,
+        clock_ms: Callable[[], int] = outbox_mod.now_ms,
+    ) -> None:
+        self.job = job
+        self.deliverer = deliverer
+        self.store = store
+        self.outbox = outbox
+        self.clock_ms = clock_ms
+
+    async def run(self) -> None:
+        job = self.job
+        try:
+            if job.durable and not job.disk_closed:
+                await self._drain_disk()
+            await self._drain_memory()
+        except trio.Cancelled:
+            if job.memory is not None and job.memory.pending:
+                EVENTS.labels("dropped").inc(job.memory.pending)
+                log.warning(
+                    "shutting down with webhook events only in memory; they are lost",
+                    job=job.id,
+                    events=job.memory.pending,
+                )
+            raise
+
+    async def _drain_disk(self) -> None:
+        job = self.job
+        stream = job.stream
+        while True:
+            woken = job.wake.event
+            terminated, degraded = job.terminated, job.degraded
+            try:
+                batch = await self.store.read(
+                    lambda c: outbox_mod.read_after_cursor(c, stream, READ_BATCH)
+                )
+            except apsw.Error as exc:
+                self._close_disk("reading the webhook outbox failed", exc)
+                return
+            if not batch:
+                if degraded:
+                    self._close_disk("the job's outbox is drained", None)
+                    return
+                if terminated:
+                    return
+                await woken.wait()
+                continue
+            for item in batch:
+                final = await self._send(item)
+                error = self._error_for(item, final)
+                try:
+                    await self.outbox.ack(
+                        stream,
+                        item.seq,
+                        also=None
+                        if error is None
+                        else functools.partial(self._add_error, error=error),
+                    )
+                except apsw.Error as exc:
+                    # Sent, but not recorded: it goes out once more after a restart, with the
+                    # same webhookId, and the receiver deduplicates it.
+                    self._close_disk("advancing the webhook cursor failed", exc)
+                    self._finalized(item, final)
+                    return
+                self._finalized(item, final)
+
+    def _close_disk(self, why: str, exc: BaseException | None) -> None:
+        job = self.job
+        job.disk_closed = True
+        if exc is not None:
+            job.degrade(why, exc)
+
+    async def _drain_memory(self) -> None:
+        job = self.job
+        while True:
+            woken = job.wake.event
+            terminated = job.terminated
+            memory = job.memory
+            if memory is not None and memory.pending:
+                [item] = await memory.next_batch(1)
+                final = await self._send(item)
+                await memory.ack(item.seq)
+                error = self._error_for(item, final)
+                if error is not None:
+                    try:
+                        await self.store.write(functools.partial(self._add_error, error=error))
+                    except apsw.Error as exc:
+                        log.error(
+                            "could not record an undelivered webhook event",
+                            job=job.id,
+                            error=f"{type(exc).__name__}: {exc}",
+                            lost=error["error"],
+                        )
+                self._finalized(item, final)
+                continue
+            if terminated:
+                return
+            await woken.wait()
+
+    async def _send(self, item: Item) -> Final:
+        self.job.head_ms = item.created_ms
+        try:
+            return await self.deliverer.deliver(self.job, item)
+        finally:
+            self.job.head_ms = None
+
+    def _error_for(self, item: Item, final: Final) -> dict[str, Any] | None:
+        if final.outcome == "delivered":
+            return None
+        assert self.job.webhook is not None
+        eid = events.event_id(self.job.id, item.meta.get("seq", 0))
+        return {
+            "code": events.WEBHOOK_FAILED,
+            "url": self.job.webhook.url,
+            "error": events.undelivered_error(eid, item.meta.get("type", "?"), final.reason),
+        }
+
+    def _add_error(self, conn: apsw.Connection, error: dict[str, Any]) -> None:
+        jobstore.add_error(conn, self.job.id, at_ms=self.clock_ms(), **error)
+
+    def _finalized(self, item: Item, final: Final) -> None:
+        job = self.job
+        job.pending = max(0, job.pending - 1)
+        self.deliverer.outcomes[final.outcome] += 1
+        EVENTS.labels(final.outcome).inc()
+        eid = events.event_id(job.id, item.meta.get("seq", 0))
+        context = {
+            "job": job.id,
+            "event": eid,
+            "type": item.meta.get("type"),
+            "attempts": final.attempts,
+            "status": final.status,
+        }
+        if final.outcome == "delivered":
+            DELIVERY_SECONDS.observe(max(0, self.clock_ms() - item.created_ms) / 1000)
+            log.info("webhook event delivered", **context)
+        else:
+            log.warning(f"webhook event {final.outcome}", reason=final.reason, **context)

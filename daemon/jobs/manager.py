@@ -1,0 +1,657 @@
+# The jobs part's one object: producers (the collector, later Firecrawl-style crawls) create jobs,
+# report pages, errors and the final status through it; the API reads jobs through it; it runs a
+# drainer per job with a webhook.
+#
+# Why events are issued where they are: a job's state change and the event announcing it commit
+# in ONE store transaction (`page_in_tx` runs inside the collector's own window transaction), so
+# whatever a webhook points to is readable before it is sent, and a crash can lose neither. The
+# seq comes from the job row in that transaction (`jobstore.issue_seq`), so the store's single
+# writer is the lock that makes queue order = seq order = delivery order, and a rolled-back
+# transaction leaves no gap. `after_commit` then wakes the drainer, or (memory mode, degraded
+# jobs) puts the numbered event in the job's bounded memory queue, waiting while it is full.
+#
+# Contract for producers: one producer per job at a time, and `after_commit(pending)` is awaited
+# before that job's next event is issued. The manager's own methods hold the job's lock.
+#
+# Store failures: if one of the manager's own writes raises apsw.Error the job degrades: its
+# later events are numbered in memory (after the highest seq it knows) and go to the memory
+# queue; `finish` keeps the final status in memory and the cleanup loop retries saving it.
+from __future__ import annotations
+
+import contextlib
+import functools
+import random
+import time
+import uuid
+import weakref
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import apsw
+import httpx
+import msgspec
+import trio
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from daemon import config
+from daemon import outbox as outbox_mod
+from daemon.config import JobsConfig, WebhooksConfig, WebhookSpec
+from daemon.jobs import events
+from daemon.jobs import store as jobstore
+from daemon.jobs.drainer import (
+    EVENTS,
+    Deliverer,
+    DeliverySettings,
+    JobDrainer,
+    JobState,
+)
+from daemon.jobs.ssrf import new_client
+from daemon.jobs.store import JobError, JobFinished, JobNotFound, JobRecord
+from daemon.logs import get_logger
+from daemon.metrics import REGISTRY
+from daemon.outbox import MemoryStream, NewItem, Outbox, now_ms
+from daemon.store import Store, StoreClosed
+from daemon.supervise import ComponentState, GaveUp, supervise
+
+log = get_logger("jobs")
+
+FinalStatus = Literal["completed", "failed", "cancelled"]
+DELETE_CHUNK = 2000
+
+
+@dataclass
+class PendingEvents:
+    """What a transaction issued for a job; pass it to `after_commit` once it committed."""
+
+    job_id: str
+    durable: list[NewItem] = field(default_factory=list)
+    """Events appended to the job's outbox stream in the transaction."""
+    memory: list[NewItem] = field(default_factory=list)
+    """Numbered events for the job's memory queue, in seq order."""
+    terminal: bool = False
+    degraded: bool = False
+
+
+class _UnsavedFinish(msgspec.Struct, frozen=True):
+    status: str
+    error: str | None
+    at_ms: int
+    expires_ms: int
+
+
+def _seq(item: NewItem) -> int:
+    return int(item.meta["seq"])
+
+
+class JobManager:
+    """Jobs in the store, their webhook events and the drainers that deliver them."""
+
+    def __init__(
+        self,
+        store: Store,
+        outbox: Outbox,
+        jobs: JobsConfig,
+        webhooks: WebhooksConfig,
+        *,
+        client: httpx.AsyncClient | None = None,
+        clock_ms: Any = now_ms,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.outbox = outbox
+        self.jobs_cfg = jobs
+        self.clock_ms = clock_ms
+        self.deliverer = Deliverer(DeliverySettings.from_config(webhooks), client, rng)
+        self._active: dict[str, JobState] = {}
+        self._unsaved: dict[str, _UnsavedFinish] = {}
+        self._nursery: trio.Nursery | None = None
+        self._stopping = False
+        self._push_scopes: set[trio.CancelScope] = set()
+        _LIVE.add(self)
+
+    # -- configuration ---------------------------------------------------------------------
+
+    def configure(self, jobs: JobsConfig, webhooks: WebhooksConfig) -> None:
+        """New settings: delivery settings apply from the next attempt, jobs settings to jobs
+        created from now on."""
+        self.deliverer.reconfigure(DeliverySettings.from_config(webhooks))
+        self.jobs_cfg = jobs
+
+    async def on_reload(
+        self, old: config.Config, new: config.Config, change: config.ConfigDiff
+    ) -> None:
+        if {"jobs", "webhooks"} & set(change.sections_changed):
+            self.configure(new.jobs, new.webhooks)
+            log.info("jobs and webhook settings updated")
+
+    @property
+    def ttl_ms(self) -> int:
+        return int(self.jobs_cfg.ttl * 1000)
+
+    # -- producers -------------------------------------------------------------------------
+
+    async def create_job(
+        self, kind: str, *, webhook: WebhookSpec | None, source: dict[str, Any]
+    ) -> str:
+        """Create a running job (emitting `{kind}.started`); returns its id."""
+        if kind not in jobstore.KINDS:
+            raise ValueError(f"unknown job kind {kind!r}; expected one of {sorted(jobstore.KINDS)}")
+        job_id = str(uuid.uuid4())
+        at = self.clock_ms()
+        job = JobState(job_id, kind, webhook, durable=self.jobs_cfg.store, attached=True)
+        self._active[job_id] = job
+
+        def tx(conn: apsw.Connection) -> PendingEvents:
+            jobstore.insert_job(
+                conn,
+                job_id=job_id,
+                kind=kind,
+                webhook=webhook,
+                source=source,
+                at_ms=at,
+                expires_ms=at + self.ttl_ms,
+            )
+            record = jobstore.get_job(conn, job_id)
+            assert record is not None
+            pending = PendingEvents(job_id)
+            self._event_in_tx(conn, record, "started", [], None, pending)
+            return pending
+
+        try:
+            pending = await self.store.write(tx)
+        except BaseException:
+            self._active.pop(job_id, None)
+            raise
+        log.info("job created", job=job_id, kind=kind, webhook=webhook is not None)
+        self._spawn(job)
+        await self.after_commit(pending)
+        return job_id
+
+    def page_in_tx(
+        self,
+        conn: apsw.Connection,
+        job_id: str,
+        rows: list[dict[str, Any]],
+        *,
+        total: int | None = None,
+    ) -> PendingEvents:
+        """Inside the caller's transaction: store `rows`, count them, issue the `page` event.
+
+        Raises JobNotFound / JobFinished (rolling the caller's transaction back, if it lets
+        them through). Pass the result to `after_commit` after the transaction committed.
+        """
+        if job_id in self._unsaved:
+            raise JobFinished(job_id, self._unsaved[job_id].status)
+        record = jobstore.require_running(conn, job_id)
+        jobstore.add_rows(conn, job_id, rows, total)
+        pending = PendingEvents(job_id)
+        self._event_in_tx(conn, record, "page", rows, None, pending)
+        return pending
+
+    async def after_commit(self, pending: PendingEvents) -> None:
+        """After the transaction that issued `pending` committed: wake the job's drainer, or
+        queue its events in memory (waiting while the job's memory queue is full)."""
+        job = self._active.get(pending.job_id)
+        if job is None:
+            if not (pending.durable or pending.memory):
+                return
+            job = await self._job_state(pending.job_id, allow_finished=True)
+        if pending.durable:
+            job.last_seq = max(job.last_seq, *(_seq(i) for i in pending.durable))
+            job.pending += len(pending.durable)
+            if job.disk_closed:
+                # The drainer no longer reads the outbox (the store failed under it): send these
+                # from memory now; after a restart they go out again from disk, same webhookId.
+                for item in pending.durable:
+                    await self._push_memory(job, item, degraded=True, count=False)
+        for item in pending.memory:
+            job.last_seq = max(job.last_seq, _seq(item))
+            job.pending += 1
+            await self._push_memory(job, item, degraded=pending.degraded)
+        if pending.terminal:
+            job.terminated = True
+            job.attached = False
+        job.wake.fire()
+        if job.webhook is not None and not job.drainer:
+            self._spawn(job)
+        self._forget_if_done(job)
+
+    async def page(
+        self, job_id: str, rows: list[dict[str, Any]], *, total: int | None = None
+    ) -> bool:
+        """`page_in_tx` in a transaction of its own, then `after_commit`. Returns False when the
+        store failed: the event still goes out (through memory), the rows were not stored."""
+        job = await self._job_state(job_id)
+        async with job.lock:
+            stored = True
+            try:
+                pending = await self.store.write(
+                    lambda c: self.page_in_tx(c, job_id, rows, total=total)
+                )
+            except apsw.Error as exc:
+                stored = False
+                pending = self._degraded_event(job, "page", rows, None, exc)
+            await self.after_commit(pending)
+        return stored
+
+    async def finish(self, job_id: str, status: FinalStatus, error: str | None = None) -> None:
+        """Give the job its final status and issue its one terminal event (`completed`, or
+        `failed` with the error; `cancelled` sends `failed` with error "cancelled")."""
+        name, reason = events.terminal_for_status(status, error)
+        job = await self._job_state(job_id)
+        async with job.lock:
+            at = self.clock_ms()
+            expires = at + self.ttl_ms
+            saved_error = reason if status == "failed" else error
+
+            def tx(conn: apsw.Connection) -> PendingEvents:
+                record = jobstore.require_running(conn, job_id)
+                pending = PendingEvents(job_id, terminal=True)
+                self._event_in_tx(conn, record, name, [], reason, pending)
+                jobstore.set_finished(conn, job_id, status, saved_error, at, expires)
+                return pending
+
+            if job_id in self._unsaved:
+                raise JobFinished(job_id, self._unsaved[job_id].status)
+            try:
+                pending = await self.store.write(tx)
+            except apsw.Error as exc:
+                pending = self._degraded_event(job, name, [], reason, exc, terminal=True)
+                self._unsaved[job_id] = _UnsavedFinish(status, saved_error, at, expires)
+                log.error("could not save the job's final status; will retry", job=job_id)
+            await self.after_commit(pending)
+        log.info("job finished", job=job_id, status=status, error=error)
+
+    async def add_error(self, job_id: str, code: str, error: str, url: str | None = None) -> None:
+        """Append to the job's error list (GET /v2/crawl/{id}/errors)."""
+        at = self.clock_ms()
+
+        def tx(conn: apsw.Connection) -> None:
+            if jobstore.get_job(conn, job_id) is None:
+                raise JobNotFound(job_id)
+            jobstore.add_error(conn, job_id, code=code, error=error, url=url, at_ms=at)
+
+        await self.store.write(tx)
+
+    def cancel_requested(self, job_id: str) -> trio.Event:
+        """Set when DELETE /v2/crawl/{id} asks the job's producer to stop."""
+        job = self._active.get(job_id)
+        if job is None:
+            raise JobNotFound(job_id)
+        return job.cancel
+
+    async def attach(self, job_id: str) -> None:
+        """Declare that this process produces for an existing running job (e.g. one resumed
+        after a restart), so DELETE asks it to stop instead of cancelling at once."""
+        (await self._job_state(job_id)).attached = True
+
+    async def cancel(self, job_id: str) -> None:
+        """DELETE: ask an attached producer to stop, or cancel a job nobody produces for."""
+        record = await self.get_job(job_id)
+        if record is None:
+            raise JobNotFound(job_id)
+        if record.finished:
+            raise JobFinished(job_id, record.status)
+        job = self._active.get(job_id)
+        if job is not None and job.attached:
+            job.cancel.set()
+            log.info("job cancel requested", job=job_id)
+            return
+        await self.finish(job_id, "cancelled")
+
+    # -- readers ---------------------------------------------------------------------------
+
+    async def get_job(self, job_id: str) -> JobRecord | None:
+        """The job as stored (with a final status not yet saved), or None (unknown or expired)."""
+        record = await self.store.read(lambda c: jobstore.get_job(c, job_id))
+        if record is None:
+            return None
+        unsaved = self._unsaved.get(job_id)
+        if unsaved is not None and not record.finished:
+            record = msgspec.structs.replace(
+                record,
+                status=unsaved.status,
+                error=unsaved.error,
+                completed_ms=unsaved.at_ms,
+                expires_ms=unsaved.expires_ms,
+                terminated=True,
+            )
+        if record.finished and record.expires_ms <= self.clock_ms():
+            return None
+        return record
+
+    async def job_rows(
+        self, job_id: str, skip: int, limit: int, max_bytes: int
+    ) -> tuple[list[bytes], bool]:
+        return await self.store.read(
+            lambda c: jobstore.read_rows(c, job_id, skip, limit, max_bytes)
+        )
+
+    async def job_errors(self, job_id: str) -> list[JobError]:
+        return await self.store.read(lambda c: jobstore.list_errors(c, job_id))
+
+    async def wait_drained(self, job_id: str) -> None:
+        """Return once the job's drainer (if any) has finished."""
+        job = self._active.get(job_id)
+        if job is not None and job.webhook is not None and not job.drained:
+            await job.done.wait()
+
+    async def status(self) -> dict[str, Any]:
+        jobs = list(self._active.values())
+        now = self.clock_ms()
+        heads = [j.head_ms for j in jobs if j.head_ms is not None]
+        return {
+            "store": self.jobs_cfg.store,
+            "jobs_active": len(jobs),
+            "jobs_running": sum(1 for j in jobs if not j.terminated),
+            "drainers": sum(1 for j in jobs if j.drainer),
+            "pending_events": sum(j.pending for j in jobs),
+            "memory_queued": sum(j.memory.pending for j in jobs if j.memory is not None),
+            "degraded_jobs": sum(1 for j in jobs if j.degraded),
+            "oldest_pending_s": round((now - min(heads)) / 1000, 3) if heads else None,
+            "unsaved_finishes": len(self._unsaved),
+            "outcomes": {o: self.deliverer.outcomes[o] for o in ("delivered", "failed", "blocked")},
+        }
+
+    # -- components ------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The drainers: resume every job with events left after a restart, then start one for
+        each new job with a webhook. Runs until cancelled."""
+        async with contextlib.AsyncExitStack() as stack:
+            if self.deliverer.client is None:
+                client = new_client()
+                self.deliverer.client = await stack.enter_async_context(client)
+                stack.callback(setattr, self.deliverer, "client", None)
+            stack.callback(self._stopped)
+            self._stopping = False
+            found = await self.store.read(jobstore.resumable)
+            for record, pending in found:
+                if record.id not in self._active:
+                    self._active[record.id] = self._state_from(record, pending)
+            if found:
+                log.info("resuming webhook delivery", jobs=len(found))
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                for job in list(self._active.values()):
+                    self._spawn(job)
+                task_status.started()
+                await trio.sleep_forever()
+
+    def _stopped(self) -> None:
+        self._nursery = None
+        self._stopping = True
+        for scope in list(self._push_scopes):
+            scope.cancel()
+
+    async def run_cleanup(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Delete expired finished jobs (and their rows, errors and events) periodically."""
+        task_status.started()
+        while True:
+            try:
+                await self.cleanup_once()
+            except apsw.Error as exc:
+                log.error(
+                    "jobs cleanup failed; retrying later", error=f"{type(exc).__name__}: {exc}"
+                )
+            await trio.sleep(max(1.0, min(60.0, self.jobs_cfg.ttl / 10)))
+
+    async def cleanup_once(self) -> int:
+        """One cleanup pass; returns the number of jobs deleted."""
+        await self._save_unsaved()
+        now = self.clock_ms()
+        removed = 0
+        while ids := [
+            i
+            for i in await self.store.read(lambda c: jobstore.expired(c, now, 100))
+            if i not in self._active
+        ]:
+            for job_id in ids:
+                step = functools.partial(jobstore.delete_job, job_id=job_id, chunk=DELETE_CHUNK)
+                while not await self.store.write(step):
+                    pass
+                removed += 1
+            if len(ids) < 100:
+                break
+        if removed:
+            log.info("expired jobs deleted", jobs=removed)
+        return removed
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _event_in_tx(
+        self,
+        conn: apsw.Connection,
+        record: JobRecord,
+        name: str,
+        data: list[Any],
+        error: str | None,
+        pending: PendingEvents,
+    ) -> None:
+        if record.webhook is None:
+            return
+        job = self._active.get(record.id)
+        seq = jobstore.issue_seq(conn, record, name, job.last_seq if job else 0)
+        if seq is None:
+            return
+        item = _new_item(record.kind, record.id, record.webhook, name, seq, data, error)
+        durable = job.durable and not job.degraded if job else self.jobs_cfg.store
+        if durable:
+            outbox_mod.append(conn, jobstore.stream_name(record.id), [item], self.clock_ms())
+            pending.durable.append(item)
+        else:
+            pending.memory.append(item)
+            pending.degraded = job is not None and job.durable
+
+    def _degraded_event(
+        self,
+        job: JobState,
+        name: str,
+        data: list[Any],
+        error: str | None,
+        exc: BaseException,
+        *,
+        terminal: bool = False,
+    ) -> PendingEvents:
+        """The store failed: number the event in memory and queue it there."""
+        pending = PendingEvents(job.id, terminal=terminal, degraded=job.durable)
+        log.error(
+            "store write failed for a job",
+            job=job.id,
+            event=name,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        if job.webhook is None:
+            return pending
+        if job.durable:
+            job.degrade(f"storing its {name} event failed", exc)
+        seqr = events.Sequencer(
+            kind=job.kind,
+            events=list(job.webhook.events),
+            last_seq=job.last_seq,
+            terminated=job.terminated,
+        )
+        try:
+            seq = seqr.issue(name)
+        except events.TerminalAlreadyIssued:
+            raise JobFinished(job.id, "finished") from exc
+        if seq is not None:
+            pending.memory.append(_new_item(job.kind, job.id, job.webhook, name, seq, data, error))
+        return pending
+
+    async def _push_memory(
+        self, job: JobState, item: NewItem, *, degraded: bool, count: bool = True
+    ) -> None:
+        if degraded and count:
+            EVENTS.labels("degraded").inc()
+        if self._stopping:
+            self._dropped(job)
+            return
+        if job.memory is None:
+            job.memory = MemoryStream(job.stream, self.jobs_cfg.memory_queue_size)
+        with self._push_scope() as scope:
+            await job.memory.append([item])
+        if scope.cancelled_caught:
+            self._dropped(job)
+            return
+        job.wake.fire()
+
+    @contextlib.contextmanager
+    def _push_scope(self) -> Iterator[trio.CancelScope]:
+        with trio.CancelScope() as scope:
+            self._push_scopes.add(scope)
+            try:
+                yield scope
+            finally:
+                self._push_scopes.discard(scope)
+
+    def _dropped(self, job: JobState) -> None:
+        EVENTS.labels("dropped").inc()
+        job.pending = max(0, job.pending - 1)
+        log.warning("webhook event dropped: shutting down", job=job.id)
+
+    async def _job_state(self, job_id: str, *, allow_finished: bool = False) -> JobState:
+        job = self._active.get(job_id)
+        if job is not None:
+            return job
+        if job_id in self._unsaved and not allow_finished:
+            raise JobFinished(job_id, self._unsaved[job_id].status)
+        record = await self.store.read(lambda c: jobstore.get_job(c, job_id))
+        if record is None:
+            raise JobNotFound(job_id)
+        if record.finished and not allow_finished:
+            raise JobFinished(job_id, record.status)
+        job = self._active.get(job_id)
+        if job is None:
+            job = self._active[job_id] = self._state_from(record, 0)
+        return job
+
+    def _state_from(self, record: JobRecord, pending: int) -> JobState:
+        return JobState(
+            record.id,
+            record.kind,
+            record.webhook,
+            durable=self.jobs_cfg.store,
+            last_seq=record.last_seq,
+            terminated=record.terminated or record.finished,
+            pending=pending,
+        )
+
+    def _spawn(self, job: JobState) -> None:
+        if job.webhook is None or job.drainer:
+            return
+        if self._nursery is None:
+            return  # `run` starts it
+        job.drainer = True
+        job.done = trio.Event()
+        self._nursery.start_soon(self._drain, job)
+
+    async def _drain(self, job: JobState) -> None:
+        drainer = JobDrainer(job, self.deliverer, self.store, self.outbox, self.clock_ms)
+
+        async def body(*, task_status: trio.TaskStatus[None]) -> None:
+            task_status.started()
+            await drainer.run()
+
+        try:
+            await supervise(ComponentState(f"webhook:{job.id}"), body, max_restarts=5, window=60.0)
+            job.drained = True
+        except GaveUp:
+            log.critical("webhook drainer gave up; the job resumes after a restart", job=job.id)
+        except StoreClosed:
+            pass
+        finally:
+            job.drainer = False
+            job.done.set()
+            self._forget_if_done(job)
+
+    def _forget_if_done(self, job: JobState) -> None:
+        done = job.terminated and not job.attached and not job.drainer
+        if done and (job.webhook is None or job.drained) and self._active.get(job.id) is job:
+            del self._active[job.id]
+
+    async def _save_unsaved(self) -> None:
+        for job_id, unsaved in list(self._unsaved.items()):
+
+            def tx(conn: apsw.Connection, j: str = job_id, u: _UnsavedFinish = unsaved) -> None:
+                with contextlib.suppress(JobFinished, JobNotFound):
+                    jobstore.set_finished(conn, j, u.status, u.error, u.at_ms, u.expires_ms)
+
+            try:
+                await self.store.write(tx)
+            except apsw.Error as exc:
+                log.warning("final job status still not saved", job=job_id, error=str(exc))
+                continue
+            del self._unsaved[job_id]
+            log.info("final job status saved", job=job_id, status=unsaved.status)
+
+
+def _new_item(
+    kind: str,
+    job_id: str,
+    webhook: WebhookSpec,
+    name: str,
+    seq: int,
+    data: list[Any],
+    error: str | None,
+) -> NewItem:
+    webhook_id = str(uuid.uuid4())
+    body = events.build_body(
+        kind=kind,
+        name=name,
+        job_id=job_id,
+        seq=seq,
+        webhook_id=webhook_id,
+        data=data,
+        error=error,
+        metadata=webhook.metadata,
+    )
+    return NewItem(
+        key=webhook_id, body=events.encode_body(body), meta={"type": body.type, "seq": seq}
+    )
+
+
+# Scrape-time gauges over every live manager (several daemons may share a test process).
+_LIVE: weakref.WeakSet[JobManager] = weakref.WeakSet()
+
+
+class _WebhookGauges(Collector):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        lag = GaugeMetricFamily(
+            "crawld_webhook_cursor_lag",
+            "Webhook events of a job issued but not yet at a final outcome",
+            labels=["job"],
+        )
+        oldest = GaugeMetricFamily(
+            "crawld_webhook_oldest_pending_seconds",
+            "Age of the oldest webhook event being delivered (0 when none)",
+        )
+        now = time.time_ns() // 1_000_000
+        heads = []
+        for manager in list(_LIVE):
+            for job in list(manager._active.values()):
+                if job.webhook is not None and (job.pending or job.drainer):
+                    lag.add_metric([job.id], job.pending)
+                if job.head_ms is not None:
+                    heads.append(job.head_ms)
+        oldest.add_metric([], (now - min(heads)) / 1000 if heads else 0.0)
+        yield lag
+        yield oldest
+
+
+REGISTRY.register(_WebhookGauges())
+
+
+@contextlib.asynccontextmanager
+async def running(manager: JobManager) -> AsyncIterator[JobManager]:
+    """Run the manager's drainers for the duration of the block (tests, scripts)."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(manager.run)
+        try:
+            yield manager
+        finally:
+            nursery.cancel_scope.cancel()

@@ -1,0 +1,296 @@
+# The jobs tables (migration 0002) as plain functions over an APSW connection. They run inside a
+# caller's transaction (the store's writer, or a reader's snapshot), so a job's status, counters,
+# rows, errors and webhook events always change together; nothing here knows about trio.
+#
+# Event numbering lives here too: `issue_seq` applies `events.Sequencer` to the job row, so the
+# last seq issued and the "terminal already issued" flag are read and written in the same
+# transaction that stores the event, and roll back with it.
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import apsw
+import msgspec
+
+from daemon.config import WebhookSpec
+from daemon.jobs.events import Sequencer
+from daemon.outbox import drop_stream
+from daemon.store import one
+
+Status = Literal["scraping", "completed", "failed", "cancelled"]
+FINISHED: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
+KINDS: frozenset[str] = frozenset({"crawl", "batch_scrape"})
+
+
+class JobNotFound(LookupError):
+    """No job has this id (or it expired and was deleted)."""
+
+
+class JobFinished(Exception):
+    """The job already has a final status; `status` is that status."""
+
+    def __init__(self, job_id: str, status: str) -> None:
+        super().__init__(f"job {job_id} is already {status}")
+        self.job_id = job_id
+        self.status = status
+
+
+class JobRecord(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    kind: str
+    status: str
+    completed: int
+    total: int
+    created_ms: int
+    completed_ms: int | None
+    expires_ms: int
+    webhook: WebhookSpec | None
+    source: dict[str, Any]
+    last_seq: int
+    terminated: bool
+    error: str | None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
+
+
+class JobError(msgspec.Struct, frozen=True, kw_only=True):
+    id: str
+    at_ms: int
+    url: str | None
+    code: str | None
+    error: str
+
+
+_encode = msgspec.json.Encoder().encode
+_webhook_decoder = msgspec.json.Decoder(WebhookSpec)
+_source_decoder = msgspec.json.Decoder(dict[str, Any])
+
+_COLUMNS = (
+    "id, kind, status, completed, total, created_ms, completed_ms, expires_ms, webhook, source,"
+    " last_seq, terminated, error"
+)
+
+
+def stream_name(job_id: str) -> str:
+    """The outbox stream holding a job's webhook events."""
+    return f"webhook:{job_id}"
+
+
+def decode_webhook(raw: bytes | None) -> WebhookSpec | None:
+    return None if raw is None else _webhook_decoder.decode(raw)
+
+
+def _record(row: Sequence[Any]) -> JobRecord:
+    (id_, kind, status, completed, total, created, done, expires, hook, source, seq, term, err) = (
+        row
+    )
+    return JobRecord(
+        id=id_,
+        kind=kind,
+        status=status,
+        completed=completed,
+        total=total,
+        created_ms=created,
+        completed_ms=done,
+        expires_ms=expires,
+        webhook=decode_webhook(hook),
+        source=_source_decoder.decode(source),
+        last_seq=seq,
+        terminated=bool(term),
+        error=err,
+    )
+
+
+def insert_job(
+    conn: apsw.Connection,
+    *,
+    job_id: str,
+    kind: str,
+    webhook: WebhookSpec | None,
+    source: dict[str, Any],
+    at_ms: int,
+    expires_ms: int,
+) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"unknown job kind {kind!r}; expected one of {sorted(KINDS)}")
+    conn.execute(
+        "INSERT INTO jobs(id, kind, status, created_ms, expires_ms, webhook, source)"
+        " VALUES (?, ?, 'scraping', ?, ?, ?, ?)",
+        (
+            job_id,
+            kind,
+            at_ms,
+            expires_ms,
+            None if webhook is None else _encode(webhook),
+            _encode(source),
+        ),
+    )
+
+
+def get_job(conn: apsw.Connection, job_id: str) -> JobRecord | None:
+    row = conn.execute(f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    return None if row is None else _record(row)
+
+
+def require_running(conn: apsw.Connection, job_id: str) -> JobRecord:
+    """The job's record; JobNotFound, or JobFinished when it already has a final status."""
+    record = get_job(conn, job_id)
+    if record is None:
+        raise JobNotFound(job_id)
+    if record.finished:
+        raise JobFinished(job_id, record.status)
+    return record
+
+
+def add_rows(
+    conn: apsw.Connection, job_id: str, rows: Sequence[Any], total: int | None = None
+) -> None:
+    """Store rows after the job's earlier ones and count them as completed."""
+    (last,) = one(conn, "SELECT coalesce(max(n), 0) FROM job_rows WHERE job_id = ?", (job_id,))
+    conn.executemany(
+        "INSERT INTO job_rows(job_id, n, body) VALUES (?, ?, ?)",
+        ((job_id, last + i, _encode(row)) for i, row in enumerate(rows, start=1)),
+    )
+    conn.execute(
+        "UPDATE jobs SET completed = completed + ?, total = max(total, completed + ?, ?)"
+        " WHERE id = ?",
+        (len(rows), len(rows), total or 0, job_id),
+    )
+
+
+def issue_seq(conn: apsw.Connection, record: JobRecord, name: str, floor: int = 0) -> int | None:
+    """Number event `name` of a job with a webhook (None: its filter drops it) and remember it.
+
+    `floor` is the highest seq the caller knows was issued outside the store (events numbered in
+    memory while the store failed), so numbers never repeat within a process.
+    """
+    if record.webhook is None:
+        raise ValueError("a job without a webhook has no events")
+    row = one(conn, "SELECT last_seq, terminated FROM jobs WHERE id = ?", (record.id,))
+    seqr = Sequencer(
+        kind=record.kind,
+        events=list(record.webhook.events),
+        last_seq=max(row[0], floor),
+        terminated=bool(row[1]),
+    )
+    seq = seqr.issue(name)
+    conn.execute(
+        "UPDATE jobs SET last_seq = ?, terminated = ? WHERE id = ?",
+        (seqr.last_seq, int(seqr.terminated), record.id),
+    )
+    return seq
+
+
+def set_finished(
+    conn: apsw.Connection,
+    job_id: str,
+    status: str,
+    error: str | None,
+    at_ms: int,
+    expires_ms: int,
+) -> JobRecord:
+    """Give a running job its final status; returns the record as it was before."""
+    if status not in FINISHED:
+        raise ValueError(f"{status!r} is not a final job status")
+    record = require_running(conn, job_id)
+    conn.execute(
+        "UPDATE jobs SET status = ?, error = ?, completed_ms = ?, expires_ms = ?, terminated = 1"
+        " WHERE id = ?",
+        (status, error, at_ms, expires_ms, job_id),
+    )
+    return record
+
+
+def add_error(
+    conn: apsw.Connection,
+    job_id: str,
+    *,
+    code: str | None,
+    error: str,
+    url: str | None,
+    at_ms: int,
+) -> str:
+    """Append to the job's error list; returns the error's id."""
+    (last,) = one(conn, "SELECT coalesce(max(n), 0) FROM job_errors WHERE job_id = ?", (job_id,))
+    error_id = str(uuid.uuid4())
+    conn.execute(
+        "INSERT INTO job_errors(job_id, n, id, at_ms, url, code, error)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (job_id, last + 1, error_id, at_ms, url, code, error),
+    )
+    return error_id
+
+
+def list_errors(conn: apsw.Connection, job_id: str) -> list[JobError]:
+    rows: list[Any] = conn.execute(
+        "SELECT id, at_ms, url, code, error FROM job_errors WHERE job_id = ? ORDER BY n",
+        (job_id,),
+    ).fetchall()
+    return [
+        JobError(id=i, at_ms=at, url=url, code=code, error=err) for i, at, url, code, err in rows
+    ]
+
+
+def read_rows(
+    conn: apsw.Connection, job_id: str, skip: int, limit: int, max_bytes: int
+) -> tuple[list[bytes], bool]:
+    """Up to `limit` stored rows (JSON bytes) after the first `skip`, stopping once they add up
+    to `max_bytes` (at least one row is returned); the flag says whether more rows follow."""
+    cursor = conn.execute(
+        "SELECT body FROM job_rows WHERE job_id = ? ORDER BY n LIMIT ? OFFSET ?",
+        (job_id, limit + 1, skip),
+    )
+    page: list[bytes] = []
+    size = 0
+    for (body,) in cursor:
+        if len(page) == limit or (page and size + len(body) > max_bytes):
+            return page, True
+        page.append(bytes(body))
+        size += len(body)
+    return page, False
+
+
+def resumable(conn: apsw.Connection) -> list[tuple[JobRecord, int]]:
+    """Jobs with a webhook that may still have events to deliver: running ones, and finished
+    ones whose stream has items after its cursor; each with that pending count."""
+    rows: list[Any] = conn.execute(
+        f"SELECT {', '.join('j.' + c.strip() for c in _COLUMNS.split(','))},"
+        " (SELECT count(*) FROM outbox_items i JOIN outbox_streams s ON s.stream = i.stream"
+        "   WHERE i.stream = 'webhook:' || j.id AND i.seq > s.ack_cursor)"
+        " FROM jobs j WHERE j.webhook IS NOT NULL"
+    ).fetchall()
+    found = []
+    for row in rows:
+        record, pending = _record(row[:-1]), row[-1]
+        if not record.finished or pending:
+            found.append((record, pending))
+    return found
+
+
+def expired(conn: apsw.Connection, now_ms: int, limit: int) -> list[str]:
+    """Ids of finished jobs whose expiry has passed, oldest first."""
+    rows: list[Any] = conn.execute(
+        "SELECT id FROM jobs WHERE status <> 'scraping' AND expires_ms <= ?"
+        " ORDER BY expires_ms LIMIT ?",
+        (now_ms, limit),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def delete_job(conn: apsw.Connection, job_id: str, chunk: int) -> bool:
+    """Delete up to `chunk` of the job's rows; once none are left, the job, its errors and its
+    event stream. True when the job is gone (keeps each transaction short for big jobs)."""
+    conn.execute(
+        "DELETE FROM job_rows WHERE job_id = ? AND n IN"
+        " (SELECT n FROM job_rows WHERE job_id = ? ORDER BY n LIMIT ?)",
+        (job_id, job_id, chunk),
+    )
+    if conn.changes() == chunk:
+        return False
+    drop_stream(conn, stream_name(job_id))
+    conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+    return True

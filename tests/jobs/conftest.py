@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+import trio
+
+from daemon.config import Duration, JobsConfig, WebhooksConfig
+from daemon.fakes.receiver import WebhookReceiver, open_receiver
+from daemon.jobs.manager import JobManager
+from daemon.outbox import Outbox
+from daemon.store import Store
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+SECRET_ENV = "CRAWLD_TEST_WEBHOOK_SECRET"
+
+
+def fast_webhooks(**changes: Any) -> WebhooksConfig:
+    """Tiny timings for real-socket tests: 200 ms timeout, retries after 10 ms and 20 ms."""
+    options: dict[str, Any] = {
+        "secret_env": SECRET_ENV,
+        "timeout": Duration(0.2),
+        "retry_schedule": [Duration(0.01), Duration(0.02)],
+        "allow_cidrs": ["127.0.0.0/8"],
+    }
+    options.update(changes)
+    return WebhooksConfig(**options)
+
+
+@pytest.fixture(autouse=True)
+def webhook_secret(monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    return SECRET
+
+
+@pytest.fixture
+async def rx() -> AsyncIterator[WebhookReceiver]:
+    async with open_receiver(secret=SECRET) as receiver:
+        yield receiver
+
+
+@pytest.fixture
+async def start_manager(store: Store, outbox: Outbox, nursery: trio.Nursery) -> Callable[..., Any]:
+    """`await start_manager(jobs=…, webhooks=…)`: a JobManager with its drainers and cleanup
+    running in the test's nursery."""
+
+    async def start(
+        jobs: JobsConfig | None = None, webhooks: WebhooksConfig | None = None, **kw: Any
+    ) -> JobManager:
+        manager = JobManager(store, outbox, jobs or JobsConfig(), webhooks or fast_webhooks(), **kw)
+        await nursery.start(manager.run)
+        return manager
+
+    return start

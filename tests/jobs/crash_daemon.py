@@ -1,0 +1,51 @@
+"""crawld plus a producer, for the kill -9 test: on its first start (no MARKER file yet) it
+creates one job with a webhook to URL, issues COUNT page events and finishes the job; the
+MARKER file then holds "<job id> done". On later starts it only resumes delivery.
+
+    python -m tests.jobs.crash_daemon CONFIG URL COUNT MARKER
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+
+import trio
+
+from daemon import config
+from daemon.app import Daemon, default_installers, run_daemon
+from daemon.config import WebhookSpec
+from daemon.logs import setup_logging
+
+
+def main(argv: list[str]) -> int:
+    config_path, url, count, marker_path = argv
+    marker = Path(marker_path)
+    cfg = config.load(config_path)
+    setup_logging("warning")
+    first_start = not marker.exists()
+
+    def install_producer(daemon: Daemon) -> None:
+        async def produce(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
+            task_status.started()
+            if not first_start:
+                return
+            jobs = daemon.jobs
+            job = await jobs.create_job("crawl", webhook=WebhookSpec(url=url), source={})
+            for i in range(int(count)):
+                await jobs.page(job, [{"i": i}])
+            await jobs.finish(job, "completed")
+            scratch = marker.with_suffix(".tmp")
+            scratch.write_text(f"{job} done\n")
+            os.replace(scratch, marker)
+
+        daemon.add_component("producer", produce)
+
+    run = functools.partial(run_daemon, cfg, installers=[*default_installers(), install_producer])
+    return trio.run(run)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

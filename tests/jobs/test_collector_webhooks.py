@@ -1,0 +1,91 @@
+"""A collector run through the whole daemon: its rows, counters and webhook events come from
+`page_in_tx` inside the collector's own window transactions."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from daemon import config
+from daemon.app import run_daemon
+from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
+from daemon.fakes.receiver import WebhookReceiver
+from daemon.jobs.manager import JobManager
+from daemon.systemd import Notifier
+from tests.jobs.conftest import SECRET_ENV
+
+CONFIG = f"""
+[daemon]
+state_dir = "state"
+[http]
+bind = "127.0.0.1:0"
+[collector]
+auto_start = false
+batch_size = 50
+[[collector.accounts]]
+name = "main"
+base_url = "{{base}}"
+username = "demo"
+password_env = "SIM_PW"
+[[collector.tasks]]
+id = "alpha"
+account = "main"
+task_id = "{{task_id}}"
+date_field = "发布时间"
+webhook = {{{{ url = "{{hook}}", metadata = {{{{ source = "octoparse" }}}} }}}}
+[webhooks]
+secret_env = "{SECRET_ENV}"
+timeout = "1s"
+retry_schedule = ["10ms"]
+allow_cidrs = ["127.0.0.0/8"]
+"""
+
+
+async def test_a_collector_run_is_a_job_with_ordered_webhooks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rx: WebhookReceiver
+) -> None:
+    monkeypatch.setenv("SIM_PW", DEMO_PASSWORD)
+    sim = OctoparseSim()
+    task_id = sim.add_task("alpha")
+    now = int(time.time() * 1000)
+    sim.append_dated(task_id, [now - 3_600_000 + i for i in range(120)])
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery, httpx.AsyncClient(trust_env=False) as http:
+        host, port = await nursery.start(
+            lambda task_status: serve_sim(
+                sim, "127.0.0.1:0", shutdown=stop, task_status=task_status
+            )
+        )
+        path = tmp_path / "crawld.toml"
+        path.write_text(CONFIG.format(base=f"http://{host}:{port}", task_id=task_id, hook=rx.url()))
+        cfg = config.load(path)
+        daemon = await nursery.start(
+            lambda task_status: run_daemon(cfg, notifier=Notifier(None), task_status=task_status)
+        )
+        assert daemon.http_address is not None
+        api = "http://{}:{}".format(*daemon.http_address)
+        answer = await http.post(f"{api}/crawl/start", json={"task_id": "alpha"})
+        assert answer.status_code == 200, answer.text
+        job = answer.json()["started"][0]["job_id"]
+        jobs: JobManager = daemon.jobs
+        with trio.fail_after(20):
+            await jobs.wait_drained(job)
+        status = (await http.get(f"{api}/v2/crawl/{job}")).json()
+        daemon.request_stop()
+        stop.set()
+
+    rx.check()
+    events = rx.events(job)
+    types = [r.type for r in events]
+    assert types[0] == "crawl.started" and types[-1] == "crawl.completed"
+    assert set(types[1:-1]) == {"crawl.page"}
+    assert [r.seq for r in events] == list(range(1, len(events) + 1))
+    assert all(r.json["metadata"] == {"source": "octoparse"} for r in events)
+    pages = [row for r in events[1:-1] for row in r.json["data"]]
+    assert len(pages) == 120
+    assert (status["status"], status["completed"]) == ("completed", 120)
+    assert status["data"] == pages  # GET shows the rows the page events carried, in order
