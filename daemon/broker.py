@@ -199,6 +199,17 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
+def split_password(url: str) -> tuple[str, str | None]:
+    """(`url` without its password, the password): the config form, with the secret apart."""
+    parts = urlsplit(url)
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    if not at or ":" not in userinfo:
+        return url, None
+    user, _, password = userinfo.partition(":")
+    netloc = f"{user}@{hostport}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)), password
+
+
 def declare_arguments(queue_type: QueueType) -> dict[str, Any]:
     return {"x-queue-type": queue_type}
 

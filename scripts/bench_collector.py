@@ -26,7 +26,6 @@ import time
 import uuid
 from datetime import datetime
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import aiormq
 import httpx
@@ -36,7 +35,7 @@ from aiormq.abc import AbstractChannel
 
 from daemon import config
 from daemon.app import Daemon, run_daemon
-from daemon.broker import delete_queue
+from daemon.broker import delete_queue, split_password
 from daemon.fakes.octoparse import DEMO_PASSWORD
 from daemon.systemd import Notifier
 
@@ -76,9 +75,8 @@ date_field = "发布时间"
 
 
 def split_url(url: str) -> tuple[str, str]:
-    parts = urlsplit(url)
-    netloc = f"{parts.username or 'guest'}@{parts.hostname}:{parts.port or 5672}"
-    return urlunsplit((parts.scheme, netloc, parts.path or "/", "", "")), parts.password or "guest"
+    plain, password = split_password(url)
+    return plain, password or "guest"
 
 
 class Simulator:

@@ -10,13 +10,12 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
 import trio
 
-from daemon import config
+from daemon import broker, config
 from daemon.app import Daemon, run_daemon
 from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
 from daemon.systemd import Notifier
@@ -55,11 +54,9 @@ date_field = "发布时间"
 
 
 def split_url(url: str, name: str) -> tuple[str, str]:
-    parts = urlsplit(url)
-    netloc = f"{parts.username or 'guest'}@{parts.hostname}:{parts.port or 5672}"
-    return urlunsplit((parts.scheme, netloc, parts.path or "/", f"name={name}", "")), (
-        parts.password or "guest"
-    )
+    """The config's URL (no password, a connection name to find it by) and the password."""
+    plain, password = broker.split_password(broker.amqp_url(url, connection_name=name))
+    return plain, password or "guest"
 
 
 @dataclass
