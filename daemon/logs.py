@@ -76,6 +76,10 @@ def setup_logging(level: str = "info") -> None:
     handler._crawld = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # One line per upstream request would drown the daemon's own lines; crawld logs what matters
+    # about a request (retries, errors, requestId) itself.
+    for noisy in ("httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
 
 
 class ContextLogger(logging.LoggerAdapter[logging.Logger]):
