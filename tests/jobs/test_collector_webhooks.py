@@ -75,6 +75,20 @@ async def test_a_collector_run_is_a_job_with_ordered_webhooks(
         with trio.fail_after(20):
             await jobs.wait_drained(job)
         status = (await http.get(f"{api}/v2/crawl/{job}")).json()
+
+        # A webhook given with the request replaces the task's, with its own event filter.
+        sim.append_dated(task_id, [now + i for i in range(30)])
+        answer = await http.post(
+            f"{api}/crawl/start",
+            json={
+                "task_id": "alpha",
+                "webhook": {"url": rx.url("/other"), "events": ["completed"]},
+            },
+        )
+        assert answer.status_code == 200, answer.text
+        second = answer.json()["started"][0]["job_id"]
+        with trio.fail_after(20):
+            await jobs.wait_drained(second)
         daemon.request_stop()
         stop.set()
 
@@ -89,3 +103,6 @@ async def test_a_collector_run_is_a_job_with_ordered_webhooks(
     assert len(pages) == 120
     assert (status["status"], status["completed"]) == ("completed", 120)
     assert status["data"] == pages  # GET shows the rows the page events carried, in order
+    [only] = rx.events(second)
+    assert (only.type, only.seq, only.path) == ("crawl.completed", 1, "/other")
+    assert "metadata" in only.json and only.json["metadata"] == {}
