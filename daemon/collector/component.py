@@ -55,6 +55,7 @@ def install(daemon: Daemon) -> None:
         await collector.run(task_status=task_status)
 
     daemon.parts["collector"] = collector
+    daemon.parts["queue"] = queue
     daemon.add_component("collector", run_collector)
     daemon.routes.extend(collector_api.routes(daemon, collector, queue))
 
