@@ -206,6 +206,9 @@ class TaskCrawler:
         state = await self.store.read(lambda c: load_task_state(c, self.task.id))
         self.last_result = state.last_result
         self.high_water = paging.high_water(state.progress)
+        if state.job_id and state.progress is not None and state.progress.end is None:
+            # The process died mid-run: that job ends now; the next run resumes the range.
+            await self._close_orphaned_job(state.job_id)
         task_status.started()
         due = self.collector.auto_start
         while True:
@@ -256,8 +259,6 @@ class TaskCrawler:
         state = await self.store.read(lambda c: load_task_state(c, self.task.id))
         if stats.job_id is None:
             stats.job_id = await self._create_job(None)
-        if state.job_id and state.progress is not None and state.progress.end is None:
-            await self._close_orphaned_job(state.job_id, stats.job_id)
         total = await self.client.total(self.task.task_id)
         start = paging.start_run(state.progress, total, self.task.paging)
         progress = start.progress
@@ -364,12 +365,12 @@ class TaskCrawler:
             lambda c: save_progress(c, self.task.id, progress, stats.run_id, stats.job_id, now)
         )
 
-    async def _close_orphaned_job(self, old_job: str, new_job: str | None) -> None:
-        if self.jobs is None or old_job == new_job:
+    async def _close_orphaned_job(self, old_job: str) -> None:
+        if self.jobs is None:
             return
         try:
             await self.jobs.finish(
-                old_job, "failed", f"interrupted; the run resumes as job {new_job}"
+                old_job, "failed", "interrupted by a restart; the task's next run resumes its range"
             )
         except Exception as exc:  # already finished or expired: nothing to close
             self.log.debug("orphaned job not closed", job=old_job, error=str(exc))

@@ -14,7 +14,7 @@ import trio
 
 from daemon import config
 from daemon.collector import paging
-from daemon.collector.crawler import TaskCrawler, load_task_state
+from daemon.collector.crawler import TaskCrawler, load_task_state, save_progress
 from daemon.collector.octoparse import OctoparseClient, RetryPolicy
 from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
 from daemon.net.ratelimit import RateLimiter
@@ -245,3 +245,51 @@ async def test_keep_policy_and_record_ttl(env: Env, tmp_path: Path) -> None:
     assert DAY - 60_000 < remaining_0 <= DAY + 60_000  # 7 days minus 6 days old
     assert "ttl_ms" not in by_serial["0"].meta
     assert by_serial["2"].meta.get("ttl_ms") is None
+
+
+class RecordingJobs:
+    """A JobSink that records what the crawler tells the jobs part."""
+
+    def __init__(self) -> None:
+        self.created: list[str] = []
+        self.finished: list[tuple[str, str, str | None]] = []
+        self.pages: list[tuple[str, int]] = []
+
+    async def create_job(self, kind: str, *, webhook: object, source: dict[str, object]) -> str:
+        self.created.append(f"job-{len(self.created) + 1}")
+        return self.created[-1]
+
+    def page_in_tx(self, conn: object, job_id: str, rows: list[dict[str, object]]) -> object:
+        self.pages.append((job_id, len(rows)))
+        return None
+
+    async def after_commit(self, pending: object) -> None:
+        pass
+
+    async def finish(self, job_id: str, status: str, error: str | None = None) -> None:
+        self.finished.append((job_id, status, error))
+
+    def cancel_requested(self, job_id: str) -> trio.Event:
+        return trio.Event()
+
+
+async def test_job_of_a_run_killed_mid_way_is_closed_at_start(env: Env) -> None:
+    env.add_rows(new=300)
+    unfinished = paging.BackwardProgress(low=0, t0=300, lowest_done=200)
+    await env.store.write(
+        lambda c: save_progress(c, "t1", unfinished, "run-0", "job-0", int(time.time() * 1000))
+    )
+    jobs = RecordingJobs()
+    crawler = env.crawler()
+    crawler.jobs = jobs  # type: ignore[assignment]
+    with trio.move_on_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(crawler.run)  # auto_start: resumes the range at once
+            while crawler.last_result is None or crawler.running:
+                await trio.sleep(0.001)
+            nursery.cancel_scope.cancel()
+    assert jobs.finished[0][:2] == ("job-0", "failed")
+    assert "interrupted by a restart" in (jobs.finished[0][2] or "")
+    assert jobs.finished[1] == ("job-1", "completed", None)
+    assert sum(n for job, n in jobs.pages if job == "job-1") == 200  # only the unfinished part
+    assert serials(await env.queued()) == list(range(200))
