@@ -175,26 +175,59 @@ class Store:
                 job.done.set()
 
     def _commit_group(self, batch: list[_WriteJob]) -> None:
+        todo = batch
+        while todo:
+            todo = self._commit_once(todo)
+
+    def _commit_once(self, batch: list[_WriteJob]) -> list[_WriteJob]:
+        """Run `batch` in one transaction; return the jobs to run again in a new one.
+
+        Some errors (SQLITE_FULL, IOERR, NOMEM, BUSY) make SQLite abandon the whole transaction,
+        not just the failing job's savepoint. Then the jobs before it were rolled back and the
+        ones after it must not run outside a transaction: everything but the failed job is
+        retried in a fresh transaction.
+        """
         conn = self._writer
         self.stats.transactions += 1
         self.stats.write_jobs += len(batch)
         self.stats.largest_group = max(self.stats.largest_group, len(batch))
+        lost = False
         try:
-            with conn:
-                for job in batch:
-                    try:
-                        with conn:  # a savepoint: only this job rolls back on error
-                            job.result = job.fn(conn)
-                    except Exception as exc:
-                        job.error = exc
-                        self.stats.write_errors += 1
-        except Exception as exc:  # the commit itself failed: nothing in the group is stored
+            conn.execute("BEGIN")
+            for job in batch:
+                conn.execute("SAVEPOINT job")  # only this job rolls back on error
+                try:
+                    job.result = job.fn(conn)
+                except Exception as exc:
+                    job.error = exc
+                    self.stats.write_errors += 1
+                    if conn.getautocommit():  # SQLite abandoned the whole transaction
+                        lost = True
+                        break
+                    conn.execute("ROLLBACK TO job")
+                conn.execute("RELEASE job")
+            if not lost:
+                conn.execute("COMMIT")
+        except Exception as exc:  # the commit (or a savepoint step) failed: nothing is stored
+            if not conn.getautocommit():
+                with contextlib.suppress(apsw.Error):
+                    conn.execute("ROLLBACK")
             log.error("write transaction failed", error=str(exc), jobs=len(batch))
             for job in batch:
                 if job.error is None:
                     job.error = exc
                     job.result = None
             self.stats.write_errors += len(batch)
+            return []
+        if not lost:
+            return []
+        retry = [job for job in batch if job.error is None]
+        for job in retry:
+            job.result = None
+        log.warning(
+            "write transaction abandoned by SQLite; retrying the other jobs", jobs=len(retry)
+        )
+        return retry
 
     def open(self) -> None:
         self.schema_version = migrate(self._writer)

@@ -89,3 +89,30 @@ async def test_exception_in_write_reaches_caller(tmp_path: Path) -> None:
             lambda c: c.execute("SELECT name FROM sqlite_master WHERE name='t'").fetchall()
         )
         assert tables == []
+
+
+async def test_disk_full_fails_only_the_job_that_hit_it(tmp_path: Path) -> None:
+    """SQLITE_FULL abandons the whole transaction: the other jobs of the group must neither be
+    reported failed when they were stored, nor be stored when reported failed."""
+    async with open_store(tmp_path / "db", group_commit_max=64) as store:
+        await store.write(lambda c: c.execute("CREATE TABLE t(name TEXT, pad BLOB)"))
+        pages = await store.read(lambda c: c.execute("pragma page_count").fetchone()[0])
+        await store.write(lambda c: c.execute(f"pragma max_page_count={pages + 2}"))
+        outcome: dict[str, str] = {}
+
+        async def insert(name: str, size: int) -> None:
+            try:
+                await store.write(
+                    lambda c: c.execute("INSERT INTO t VALUES (?, zeroblob(?))", (name, size))
+                )
+                outcome[name] = "ok"
+            except apsw.FullError:
+                outcome[name] = "full"
+
+        async with trio.open_nursery() as nursery:
+            for name, size in (("a", 10), ("big", 1_000_000), ("c", 10), ("d", 10)):
+                nursery.start_soon(insert, name, size)
+        stored = await store.read(lambda c: [r[0] for r in c.execute("SELECT name FROM t")])
+    assert outcome["big"] == "full"
+    assert sorted(n for n, o in outcome.items() if o == "ok") == sorted(stored)
+    assert sorted(stored) == ["a", "c", "d"]
