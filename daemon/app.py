@@ -35,7 +35,7 @@ ComponentFn = Callable[..., Awaitable[None]]
 ReloadHook = Callable[[config.Config, config.Config, config.ConfigDiff], Awaitable[None]]
 StatusSection = Callable[[], Awaitable[dict[str, Any]]]
 # Sections whose change needs a restart: they shape resources opened once at start.
-RESTART_SECTIONS = ("http", "store")
+RESTART_SECTIONS = ("http", "store", "broker")
 
 
 @dataclass

@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from daemon.api.app import ApiRoute, QueryParam, json
 from daemon.api.errors import HTTPError, decode_query_int, read_json_body
-from daemon.collector.crawler import AlreadyRunning
+from daemon.collector.crawler import AlreadyRunning, CrawlerStopped
 from daemon.collector.messages import ConsumedMessage
 from daemon.collector.queue import QueueUnavailable, RowQueue
 from daemon.collector.service import Collector, UnknownTask
@@ -91,6 +91,9 @@ def routes(daemon: Daemon, collector: Collector, queue: RowQueue) -> list[ApiRou
             except (AlreadyRunning, UnknownTask):
                 busy.append(task_id)
                 continue
+            except CrawlerStopped as exc:
+                message = f"task {task_id!r} stopped before its run began"
+                raise HTTPError(503, message, str(exc)) from None
             started.append(StartedRun(task_id, job_id))
         if body.task_id is not None and busy:
             raise HTTPError(
@@ -112,15 +115,14 @@ def routes(daemon: Daemon, collector: Collector, queue: RowQueue) -> list[ApiRou
             messages = await queue.consume(count)
         except QueueUnavailable as exc:
             raise HTTPError(503, "queue unavailable", str(exc)) from None
-        name = daemon.config.broker.queue
-        return json(ConsumeResponse(name, queue.kind, len(messages), messages))
+        return json(ConsumeResponse(queue.name, queue.kind, len(messages), messages))
 
     async def queue_size(request: Request) -> Response:
         try:
             size = await queue.size()
         except QueueUnavailable as exc:
             raise HTTPError(503, "queue unavailable", str(exc)) from None
-        return json(QueueSizeResponse(daemon.config.broker.queue, queue.kind, size))
+        return json(QueueSizeResponse(queue.name, queue.kind, size))
 
     bad = {400: "invalid JSON", 422: "invalid field"}
     return [
@@ -128,7 +130,8 @@ def routes(daemon: Daemon, collector: Collector, queue: RowQueue) -> list[ApiRou
                  response=TasksResponse),
         ApiRoute("POST", "/crawl/start", start, "Start a run now (one task or all enabled)",
                  body=StartRequest, response=StartResponse,
-                 errors={**bad, 404: "unknown or disabled task", 409: "already running"}),
+                 errors={**bad, 404: "unknown or disabled task", 409: "already running",
+                         503: "the task's crawler stopped (reload) before the run began"}),
         ApiRoute("POST", "/crawl/stop", stop, "Stop runs after their current window",
                  body=StopRequest, response=StopResponse,
                  errors={**bad, 404: "unknown or disabled task"}),

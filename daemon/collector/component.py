@@ -6,14 +6,17 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from daemon import metrics
+from daemon import metrics, outbox
 from daemon.broker import BrokerSettings, open_amqp_broker
 from daemon.collector.queue import AmqpQueue, EmbeddedQueue, RowQueue, stream_name
 from daemon.collector.service import Collector
 from daemon.config import resolve_secret
+from daemon.logs import get_logger
 
 if TYPE_CHECKING:
     from daemon.app import Daemon
+
+log = get_logger("collector")
 
 
 def install(daemon: Daemon) -> None:
@@ -24,7 +27,7 @@ def install(daemon: Daemon) -> None:
     stream = stream_name(cfg.broker.queue)
     queue: RowQueue
     if cfg.broker.kind == "amqp":
-        amqp = AmqpQueue(daemon.outbox, stream, cfg.broker.confirm_window)
+        amqp = AmqpQueue(daemon.outbox, cfg.broker.queue, cfg.broker.confirm_window)
         queue = amqp
 
         async def run_broker(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
@@ -41,7 +44,7 @@ def install(daemon: Daemon) -> None:
 
         daemon.add_component("broker", run_broker)
     else:
-        queue = EmbeddedQueue(daemon.outbox, stream)
+        queue = EmbeddedQueue(daemon.outbox, cfg.broker.queue)
 
     collector = Collector(
         cfg,
@@ -52,6 +55,7 @@ def install(daemon: Daemon) -> None:
     )
 
     async def run_collector(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
+        await warn_about_other_queues(daemon, stream)
         await collector.run(task_status=task_status)
 
     daemon.parts["collector"] = collector
@@ -78,3 +82,21 @@ def install(daemon: Daemon) -> None:
     daemon.status_sections["collector"] = collector_section
     daemon.status_sections["broker"] = broker_section
     daemon.reload_hooks.append(collector.apply)
+
+
+async def warn_about_other_queues(daemon: Daemon, stream: str) -> None:
+    """Rows left in the stream of a queue the config no longer names are not delivered by
+    anyone: say so at start, with what to do."""
+    assert daemon.store is not None and daemon.outbox is not None
+    names = await daemon.store.read(lambda c: outbox.list_streams(c, "queue:"))
+    for name in names:
+        if name == stream:
+            continue
+        state = await daemon.outbox.state(name)
+        if state.pending:
+            log.warning(
+                "undelivered rows wait for a queue this config does not use; restore its"
+                " [broker] queue name (or kind) to deliver them",
+                stream=name,
+                rows=state.pending,
+            )

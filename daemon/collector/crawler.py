@@ -11,9 +11,12 @@
 # errors after the client's retries) is recorded, its job fails, and the next run resumes.
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import apsw
@@ -55,6 +58,24 @@ class JobSink(Protocol):
 
 class AlreadyRunning(Exception):
     pass
+
+
+class CrawlerStopped(Exception):
+    """A manual start was refused because the crawler stopped before serving it."""
+
+
+class EmptyPage(Exception):
+    """Upstream answered an empty page where its total says rows exist."""
+
+
+@dataclass
+class _StartRequest:
+    """A manual start: reserved at once, served by the run loop once its job exists."""
+
+    job_id: str | None = None
+    ready: trio.Event = field(default_factory=trio.Event)
+    taken: trio.Event = field(default_factory=trio.Event)
+    refused: str | None = None
 
 
 class RunStats(msgspec.Struct, kw_only=True):
@@ -123,6 +144,15 @@ def save_progress(
     )
 
 
+def save_job(conn: apsw.Connection, task: str, job_id: str, at_ms: int) -> None:
+    conn.execute(
+        "INSERT INTO collector_tasks(task, job_id, updated_ms) VALUES (?, ?, ?)"
+        " ON CONFLICT(task) DO UPDATE SET job_id = excluded.job_id,"
+        " updated_ms = excluded.updated_ms",
+        (task, job_id, at_ms),
+    )
+
+
 def save_result(conn: apsw.Connection, task: str, stats: RunStats, at_ms: int) -> None:
     conn.execute(
         "INSERT INTO collector_tasks(task, last_result, updated_ms) VALUES (?, ?, ?)"
@@ -166,9 +196,9 @@ class TaskCrawler:
         self.next_run_ms: int | None = None
         self.high_water: int | None = None
         self.totals = DateCounts()
-        self._stop = False
+        self._stop = trio.Event()
         self._wake = trio.Event()
-        self._pending_start: tuple[str | None, trio.Event] | None = None
+        self._pending_start: _StartRequest | None = None
 
     @property
     def running(self) -> bool:
@@ -178,18 +208,24 @@ class TaskCrawler:
         """Start a run at once (webhook overrides the task's); returns its job id."""
         if self.running or self._pending_start is not None:
             raise AlreadyRunning(self.task.id)
-        job_id = await self._create_job(webhook_spec(webhook) if webhook else None)
-        started = trio.Event()
-        self._pending_start = (job_id, started)
+        request = self._pending_start = _StartRequest()  # reserved before anything awaits
+        try:
+            request.job_id = await self._create_job(webhook_spec(webhook) if webhook else None)
+        except BaseException:
+            self._pending_start = None
+            raise
+        request.ready.set()
         self._wake.set()
-        await started.wait()
-        return job_id
+        await request.taken.wait()
+        if request.refused is not None:
+            raise CrawlerStopped(request.refused)
+        return request.job_id
 
     def request_stop(self) -> bool:
         """Ask the current run to stop after its window; False when nothing runs."""
         if not self.running:
             return False
-        self._stop = True
+        self._stop.set()
         return True
 
     async def _create_job(self, webhook: WebhookSpec | None) -> str | None:
@@ -206,51 +242,71 @@ class TaskCrawler:
         state = await self.store.read(lambda c: load_task_state(c, self.task.id))
         self.last_result = state.last_result
         self.high_water = paging.high_water(state.progress)
-        if state.job_id and state.progress is not None and state.progress.end is None:
-            # The process died mid-run: that job ends now; the next run resumes the range.
-            await self._close_orphaned_job(state.job_id)
+        if state.job_id:
+            # A job the process died with ends now; an unfinished range resumes in the next run.
+            ended = state.progress is not None and state.progress.end is not None
+            await self._close_orphaned_job(state.job_id, ended)
         task_status.started()
         due = self.collector.auto_start
-        while True:
-            if due or self._pending_start is not None:
-                job_id = None
-                if self._pending_start is not None:
-                    job_id, started = self._pending_start
-                    self._pending_start = None
-                    started.set()
-                await self.run_once(job_id=job_id)
-                due = False
-            if self.collector.auto_start:
-                self.next_run_ms = self.clock_ms() + int(self.interval * 1000)
-                with trio.move_on_after(self.interval) as timer:
+        try:
+            while True:
+                if due or self._pending_start is not None:
+                    await self.run_once(job_id=await self._take_start_request())
+                    due = False
+                if self.collector.auto_start:
+                    self.next_run_ms = self.clock_ms() + int(self.interval * 1000)
+                    with trio.move_on_after(self.interval) as timer:
+                        await self._wait_for_start()
+                    due = timer.cancelled_caught
+                else:
+                    self.next_run_ms = None
                     await self._wait_for_start()
-                due = timer.cancelled_caught
-            else:
-                self.next_run_ms = None
-                await self._wait_for_start()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._refuse_start_request("the task's crawler stopped")
 
     async def _wait_for_start(self) -> None:
         while self._pending_start is None:
             self._wake = trio.Event()
             await self._wake.wait()
 
+    async def _take_start_request(self) -> str | None:
+        """The job id of a manual start waiting to be served (None for a scheduled run)."""
+        request = self._pending_start
+        if request is None:
+            return None
+        await request.ready.wait()  # its job is being created; this run is that start
+        self._pending_start = None
+        request.taken.set()
+        return request.job_id
+
+    async def _refuse_start_request(self, why: str) -> None:
+        request, self._pending_start = self._pending_start, None
+        if request is None:
+            return
+        request.refused = why
+        request.taken.set()
+        if request.ready.is_set() and request.job_id is not None and self.jobs is not None:
+            with contextlib.suppress(Exception):
+                await self.jobs.finish(request.job_id, "cancelled", why)
+
     async def run_once(self, job_id: str | None = None) -> RunStats:
         """One run: resume the unfinished range or read what is new since the last one."""
         run_id = uuid.uuid4().hex
-        self._stop = False
+        self._stop = trio.Event()
         stats = self.current = RunStats(run_id=run_id, job_id=job_id, started_ms=self.clock_ms())
         try:
             await self._run(stats)
-        except trio.Cancelled:
-            stats.status = "stopped"
-            stats.error = "daemon shutting down"
-            with trio.CancelScope(shield=True):
-                await self._finish(stats)
-            raise
         except Exception as exc:
             stats.status = "failed"
             stats.error = f"{type(exc).__name__}: {exc}"
             self.log.error("run failed; the next run resumes it", run=run_id, error=stats.error)
+        except BaseException:  # cancelled: shutdown, reload or the task removed
+            stats.status = "stopped"
+            stats.error = "the crawler was stopped (shutdown or reload)"
+            with trio.CancelScope(shield=True):
+                await self._finish(stats)
+            raise
         with trio.CancelScope(shield=True):
             await self._finish(stats)
         return stats
@@ -259,6 +315,9 @@ class TaskCrawler:
         state = await self.store.read(lambda c: load_task_state(c, self.task.id))
         if stats.job_id is None:
             stats.job_id = await self._create_job(None)
+        if stats.job_id is not None:  # before any upstream call, so a crash cannot orphan it
+            job_id = stats.job_id
+            await self.store.write(lambda c: save_job(c, self.task.id, job_id, self.clock_ms()))
         total = await self.client.total(self.task.task_id)
         start = paging.start_run(state.progress, total, self.task.paging)
         progress = start.progress
@@ -285,14 +344,32 @@ class TaskCrawler:
         cancel = self.jobs.cancel_requested(stats.job_id) if self.jobs and stats.job_id else None
         await self._save(progress, stats)
         while (window := paging.next_window(progress, self.batch_size)) is not None:
-            if self._stop or (cancel is not None and cancel.is_set()):
+            await self._room_or_stop(cancel)
+            if self._stop.is_set() or (cancel is not None and cancel.is_set()):
                 stats.status = "cancelled" if cancel is not None and cancel.is_set() else "stopped"
                 self.log.info("run stopped between windows", run=stats.run_id, status=stats.status)
                 return
-            await self.outbox.wait_pending_below(self.stream, self.collector.max_pending)
             progress = await self._window(progress, window, stats)
         stats.end = progress.end
         stats.status = "completed"
+
+    async def _room_or_stop(self, cancel: trio.Event | None) -> None:
+        """Wait until the stream has room for another window, or a stop or cancel arrives."""
+        async with trio.open_nursery() as nursery:
+
+            async def first(wait: Callable[[], Awaitable[Any]]) -> None:
+                await wait()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(
+                first,
+                functools.partial(
+                    self.outbox.wait_pending_below, self.stream, self.collector.max_pending
+                ),
+            )
+            nursery.start_soon(first, self._stop.wait)
+            if cancel is not None:
+                nursery.start_soon(first, cancel.wait)
 
     async def _window(
         self, progress: paging.Progress, window: paging.Window, stats: RunStats
@@ -326,6 +403,13 @@ class TaskCrawler:
         after = paging.after_window(
             progress, window, result, max_expired_batches=self.collector.max_expired_batches
         )
+        if after.end == "empty":
+            # Rows should be there (total says so) but the page was empty: keep the progress
+            # where it is so the next run asks again, rather than skipping the rest for good.
+            raise EmptyPage(
+                f"upstream returned no rows at offset {window.offset} (size {window.size}) "
+                f"although total is {page.total}; the next run asks again"
+            )
         items = row_items(
             self.task.id, stats.run_id, window.offset, kept, now, ttl_from=self.task.ttl_from
         )
@@ -340,9 +424,11 @@ class TaskCrawler:
             if self.jobs is not None and stats.job_id is not None and rows:
                 pending = self.jobs.page_in_tx(conn, stats.job_id, rows)
 
-        await self.store.write(commit)
-        if items:
-            self.outbox.notify_appended(self.stream)
+        try:
+            await self.store.write(commit)
+        finally:  # a cancelled caller's write may still have committed: wake the drainer anyway
+            if items:
+                self.outbox.notify_appended(self.stream)
         if pending is not None and self.jobs is not None:
             await self.jobs.after_commit(pending)
         stats.windows += 1
@@ -365,26 +451,32 @@ class TaskCrawler:
             lambda c: save_progress(c, self.task.id, progress, stats.run_id, stats.job_id, now)
         )
 
-    async def _close_orphaned_job(self, old_job: str) -> None:
+    async def _close_orphaned_job(self, job_id: str, ended: bool) -> None:
         if self.jobs is None:
             return
         try:
-            await self.jobs.finish(
-                old_job, "failed", "interrupted by a restart; the task's next run resumes its range"
-            )
+            if ended:  # every window was committed; only the bookkeeping was lost
+                await self.jobs.finish(job_id, "completed")
+            else:
+                await self.jobs.finish(
+                    job_id, "failed", "interrupted by a restart; the next run resumes its range"
+                )
         except Exception as exc:  # already finished or expired: nothing to close
-            self.log.debug("orphaned job not closed", job=old_job, error=str(exc))
+            self.log.debug("previous job not closed", job=job_id, error=str(exc))
 
     async def _finish(self, stats: RunStats) -> None:
         stats.finished_ms = self.clock_ms()
         self.current = None
         self.last_result = stats
         metrics.collector_runs.labels(self.task.id, stats.status).inc()
-        state = await self.store.read(lambda c: load_task_state(c, self.task.id))
-        self.high_water = paging.high_water(state.progress)
-        await self.store.write(
-            lambda c: save_result(c, self.task.id, stats, stats.finished_ms or 0)
-        )
+        try:
+            state = await self.store.read(lambda c: load_task_state(c, self.task.id))
+            self.high_water = paging.high_water(state.progress)
+            await self.store.write(
+                lambda c: save_result(c, self.task.id, stats, stats.finished_ms or 0)
+            )
+        except Exception as exc:  # the run's rows are safe; only its summary is not stored
+            self.log.error("could not store the run's result", run=stats.run_id, error=str(exc))
         if self.jobs is not None and stats.job_id is not None:
             status: Literal["completed", "failed", "cancelled"] = (
                 "completed" if stats.status == "completed" else

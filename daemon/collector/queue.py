@@ -33,6 +33,7 @@ class QueueUnavailable(Exception):
 
 class RowQueue(Protocol):
     kind: str
+    name: str
 
     async def consume(self, count: int) -> list[ConsumedMessage]: ...
     async def size(self) -> int: ...
@@ -42,9 +43,10 @@ class RowQueue(Protocol):
 class EmbeddedQueue:
     kind = "embedded"
 
-    def __init__(self, outbox: Outbox, stream: str) -> None:
+    def __init__(self, outbox: Outbox, name: str) -> None:
         self.outbox = outbox
-        self.stream = stream
+        self.name = name
+        self.stream = stream_name(name)
         self.consumed = 0
         self.expired = 0
 
@@ -67,9 +69,10 @@ class EmbeddedQueue:
 class AmqpQueue:
     kind = "amqp"
 
-    def __init__(self, outbox: Outbox, stream: str, confirm_window: int) -> None:
+    def __init__(self, outbox: Outbox, name: str, confirm_window: int) -> None:
         self.outbox = outbox
-        self.stream = stream
+        self.name = name
+        self.stream = stream_name(name)
         self.confirm_window = confirm_window
         self.broker: AmqpBroker | None = None
         self.published = 0

@@ -125,9 +125,7 @@ class Collector:
         if self._nursery is None:
             return
         wanted = {t.id: t for t in self.enabled_tasks(new)}
-        collector_changed = "collector" in change.sections_changed or (
-            "broker" in change.sections_changed
-        )
+        collector_changed = "collector" in change.sections_changed
         for task_id in list(self.crawlers):
             if task_id not in wanted or task_id in change.tasks_changed or collector_changed:
                 log.info("stopping crawler", task=task_id, reason="reload")

@@ -14,7 +14,7 @@ import trio
 
 from daemon import config
 from daemon.collector import paging
-from daemon.collector.crawler import TaskCrawler, load_task_state, save_progress
+from daemon.collector.crawler import AlreadyRunning, TaskCrawler, load_task_state, save_progress
 from daemon.collector.octoparse import OctoparseClient, RetryPolicy
 from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
 from daemon.net.ratelimit import RateLimiter
@@ -293,3 +293,57 @@ async def test_job_of_a_run_killed_mid_way_is_closed_at_start(env: Env) -> None:
     assert jobs.finished[1] == ("job-1", "completed", None)
     assert sum(n for job, n in jobs.pages if job == "job-1") == 200  # only the unfinished part
     assert serials(await env.queued()) == list(range(200))
+
+
+async def test_two_manual_starts_at_once_one_runs_one_is_refused(env: Env) -> None:
+    env.add_rows(new=100)
+    jobs = RecordingJobs()
+    crawler = env.crawler()
+    crawler.collector = config.CollectorConfig(auto_start=False, batch_size=100)
+    crawler.jobs = jobs  # type: ignore[assignment]
+    answers: list[str] = []
+
+    async def start() -> None:
+        try:
+            answers.append(f"started {await crawler.start_now()}")
+        except AlreadyRunning:
+            answers.append("busy")
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(crawler.run)
+            async with trio.open_nursery() as clients:
+                clients.start_soon(start)
+                clients.start_soon(start)
+            while crawler.running or crawler.last_result is None:
+                await trio.sleep(0.001)
+            nursery.cancel_scope.cancel()
+    assert sorted(answers) == ["busy", "started job-1"]
+    assert jobs.created == ["job-1"] and jobs.finished == [("job-1", "completed", None)]
+
+
+async def test_stop_is_heard_while_waiting_for_queue_room(env: Env) -> None:
+    env.add_rows(new=500)
+    crawler = env.crawler()
+    crawler.collector = config.CollectorConfig(batch_size=100, max_pending=150)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(crawler.run_once)
+            while crawler.current is None or crawler.current.windows < 2:
+                await trio.sleep(0.001)
+            await trio.sleep(0.05)  # nobody consumes: the run now waits for room
+            assert crawler.current is not None and crawler.current.windows == 2
+            assert crawler.request_stop()
+    assert crawler.last_result is not None and crawler.last_result.status == "stopped"
+
+
+async def test_empty_page_fails_the_run_and_the_next_run_asks_again(env: Env) -> None:
+    env.add_rows(new=300)
+    crawler = env.crawler()
+    env.sim.page_cap = 0  # upstream answers empty pages although total says 300
+    failed = await crawler.run_once()
+    assert failed.status == "failed" and "no rows at offset 200" in (failed.error or "")
+    env.sim.page_cap = None
+    resumed = await crawler.run_once()
+    assert resumed.resumed and resumed.status == "completed"
+    assert serials(await env.queued()) == list(range(300))
