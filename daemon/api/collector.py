@@ -12,8 +12,9 @@ from daemon.api.app import ApiRoute, QueryParam, json
 from daemon.api.errors import HTTPError, decode_query_int, read_json_body
 from daemon.collector.crawler import AlreadyRunning, CrawlerStopped
 from daemon.collector.messages import ConsumedMessage
+from daemon.collector.octoparse import OctoparseError
 from daemon.collector.queue import QueueUnavailable, RowQueue
-from daemon.collector.service import Collector, UnknownTask
+from daemon.collector.service import Collector, CollectorNotRunning, UnknownAccount, UnknownTask
 from daemon.config import WebhookSpec, check_webhook_url
 
 if TYPE_CHECKING:
@@ -61,6 +62,11 @@ class ConsumeResponse(msgspec.Struct):
     kind: str
     count: int
     messages: list[ConsumedMessage]
+
+
+class DiscoverResponse(msgspec.Struct):
+    account: str
+    groups: list[dict[str, Any]]
 
 
 class QueueSizeResponse(msgspec.Struct):
@@ -124,6 +130,22 @@ def routes(daemon: Daemon, collector: Collector, queue: RowQueue) -> list[ApiRou
             raise HTTPError(503, "queue unavailable", str(exc)) from None
         return json(QueueSizeResponse(queue.name, queue.kind, size))
 
+    async def discover(request: Request) -> Response:
+        account = request.query_params.get("account")
+        if not account:
+            raise HTTPError(400, "query parameter 'account' is required", {"account": None})
+        try:
+            groups = await collector.discover(account)
+        except UnknownAccount:
+            message = f"account {account!r} is not configured"
+            raise HTTPError(404, message, {"account": account}) from None
+        except CollectorNotRunning as exc:
+            raise HTTPError(503, "collector not running", str(exc)) from None
+        except OctoparseError as exc:
+            detail = {"code": exc.code, "requestId": exc.request_id}
+            raise HTTPError(502, f"Octoparse answered: {exc.message}", detail) from None
+        return json(DiscoverResponse(account, groups))
+
     bad = {400: "invalid JSON", 422: "invalid field"}
     return [
         ApiRoute("GET", "/tasks", tasks, "Configured tasks, their settings and progress",
@@ -139,6 +161,12 @@ def routes(daemon: Daemon, collector: Collector, queue: RowQueue) -> list[ApiRou
                  response=ConsumeResponse,
                  query=[QueryParam("count", "messages to take, 1..1000 (default 1)", "integer")],
                  errors={400: "bad count", 503: "broker unavailable"}),
+        ApiRoute("GET", "/discover", discover,
+                 "An account's Octoparse task groups and tasks (to fill in task_id)",
+                 response=DiscoverResponse,
+                 query=[QueryParam("account", "a [[collector.accounts]] name", required=True)],
+                 errors={400: "no account", 404: "unknown account", 502: "Octoparse error",
+                         503: "collector not running"}),
         ApiRoute("GET", "/queue/size", queue_size, "Messages ready in the queue",
                  response=QueueSizeResponse, errors={503: "broker unavailable"}),
     ]  # fmt: skip

@@ -25,6 +25,14 @@ class UnknownTask(Exception):
     pass
 
 
+class UnknownAccount(Exception):
+    pass
+
+
+class CollectorNotRunning(Exception):
+    pass
+
+
 @dataclass
 class _Running:
     crawler: TaskCrawler
@@ -87,6 +95,7 @@ class Collector:
                 await trio.sleep_forever()
             finally:
                 self._nursery = None
+                self.http = None
                 self.crawlers.clear()
 
     @staticmethod
@@ -134,6 +143,26 @@ class Collector:
             if task_id not in self.crawlers:
                 log.info("starting crawler", task=task_id, reason="reload")
                 await self._start(task)
+
+    async def discover(self, account_name: str) -> list[dict[str, Any]]:
+        """The account's task groups and their tasks, as Octoparse lists them."""
+        accounts = {a.name: a for a in self.config.collector.accounts}
+        if account_name not in accounts:
+            raise UnknownAccount(account_name)
+        if self.http is None:
+            raise CollectorNotRunning("the collector is not running")
+        client = self._client(accounts[account_name])
+        groups = []
+        for group in await client.task_groups():
+            tasks = await client.tasks(group.group_id)
+            groups.append(
+                {
+                    "taskGroupId": group.group_id,
+                    "taskGroupName": group.name,
+                    "tasks": [{"taskId": t.task_id, "taskName": t.name} for t in tasks],
+                }
+            )
+        return groups
 
     def crawler(self, task_id: str) -> TaskCrawler:
         running = self.crawlers.get(task_id)

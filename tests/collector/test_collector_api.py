@@ -204,3 +204,19 @@ async def test_openapi_lists_collector_routes(running: Running) -> None:
     for path in ("/tasks", "/crawl/start", "/crawl/stop", "/consume", "/queue/size"):
         assert path in spec["paths"]
     assert "409" in spec["paths"]["/crawl/start"]["post"]["responses"]
+
+
+async def test_discover_lists_groups_and_tasks(running: Running) -> None:
+    http = running.http
+    found = (await http.get(running.url("/discover"), params={"account": "main"})).json()
+    assert found["account"] == "main"
+    tasks = {t["taskName"]: t["taskId"] for g in found["groups"] for t in g["tasks"]}
+    assert tasks == {"alpha": running.sim_task("alpha"), "beta": running.sim_task("beta")}
+    assert (await http.get(running.url("/discover"))).status_code == 400
+    missing = await http.get(running.url("/discover"), params={"account": "nope"})
+    assert missing.status_code == 404 and missing.json()["detail"] == {"account": "nope"}
+    running.sim.fail(1, code="GroupNotFound", status=400)  # not retryable: answered at once
+    broken = await http.get(running.url("/discover"), params={"account": "main"})
+    assert broken.status_code == 502, broken.text
+    assert broken.json()["detail"]["code"] == "GroupNotFound"
+    running.sim.clear_faults()
