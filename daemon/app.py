@@ -69,6 +69,8 @@ class Daemon:
     """The objects each area installed, by name ("collector", …), for the API and tests."""
     http_address: tuple[str, int] | None = None
     stop_requested: trio.Event = field(default_factory=trio.Event)
+    stopped: trio.Event = field(default_factory=trio.Event)
+    """Set once every component ended and the store is closed."""
     http_shutdown: trio.Event = field(default_factory=trio.Event)
 
     def add_component(self, name: str, run: ComponentFn) -> None:
@@ -224,6 +226,7 @@ async def run_daemon(
                 exit_code = await _run_components(daemon, signals, task_status)
             finally:
                 daemon.state = "stopped"
+    daemon.stopped.set()
     log.info("stopped", exit_code=exit_code)
     return exit_code
 

@@ -220,3 +220,30 @@ async def test_discover_lists_groups_and_tasks(running: Running) -> None:
     assert broken.status_code == 502, broken.text
     assert broken.json()["detail"]["code"] == "GroupNotFound"
     running.sim.clear_faults()
+
+
+async def test_rows_left_for_a_renamed_queue_are_reported_at_start(
+    running: Running, caplog: pytest.LogCaptureFixture
+) -> None:
+    answer = await running.http.post(running.url("/crawl/start"), json={"task_id": "alpha"})
+    assert answer.status_code == 200
+    await running.wait_idle("alpha")
+    running.daemon.request_stop()
+    await running.daemon.stopped.wait()
+
+    text = running.path.read_text() + '\n[broker]\nqueue = "renamed"\n'
+    running.path.write_text(text)
+    cfg = config.load(running.path)
+    async with trio.open_nursery() as nursery:
+        second: Daemon = await nursery.start(
+            lambda task_status: run_daemon(cfg, notifier=Notifier(None), task_status=task_status)
+        )
+        size = (
+            await running.http.get(
+                "http://{}:{}/queue/size".format(*second.http_address)  # type: ignore[str-format]
+            )
+        ).json()
+        assert size == {"queue": "renamed", "kind": "embedded", "size": 0}
+        second.request_stop()
+    [warning] = [r for r in caplog.records if "undelivered rows wait" in r.getMessage()]
+    assert warning.ctx == {"stream": "queue:job_data", "rows": 120}  # type: ignore[attr-defined]
