@@ -11,6 +11,7 @@
 # changes nothing; systemd still gets READY=1 with a STATUS= saying the old config is kept.
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
@@ -24,7 +25,7 @@ from daemon import __version__, config, metrics
 from daemon.api.control import ComponentStatus, ConfigStatus, ReloadResult, Status, StoreStatus
 from daemon.api.server import serve_app
 from daemon.logs import get_logger
-from daemon.outbox import Outbox
+from daemon.outbox import Outbox, now_ms
 from daemon.store import Store, open_store
 from daemon.supervise import ComponentState, GaveUp, supervise
 from daemon.systemd import Notifier, run_watchdog
@@ -130,14 +131,14 @@ class Daemon:
             self.config = new
             self.generation += 1
             message = f"applied generation {self.generation}: {change.summary()}"
-            self.last_reload = ReloadResult(True, _now_ms(), message)
+            self.last_reload = ReloadResult(True, now_ms(), message)
             metrics.reloads.labels("ok").inc()
             metrics.config_generation.set(self.generation)
             log.info("configuration reloaded", generation=self.generation, changes=change.summary())
             ok = True
         except config.ConfigError as exc:
             message = f"reload rejected, keeping generation {self.generation}: {exc}"
-            self.last_reload = ReloadResult(False, _now_ms(), message)
+            self.last_reload = ReloadResult(False, now_ms(), message)
             metrics.reloads.labels("rejected").inc()
             log.error("configuration reload rejected; the running config is kept", error=str(exc))
             ok = False
@@ -147,10 +148,6 @@ class Daemon:
 
     def request_stop(self) -> None:
         self.stop_requested.set()
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def check_secrets(cfg: config.Config) -> None:
@@ -240,16 +237,16 @@ async def _run_components(
         async with trio.open_nursery() as nursery:
             for component in daemon.components:
                 state = daemon.component_states[component.name] = ComponentState(component.name)
-
-                def restarted(s: ComponentState) -> None:
-                    metrics.component_restarts.labels(s.name).inc()
-
-                async def run(
-                    component: Component = component, *, task_status: trio.TaskStatus[Any]
-                ) -> None:
-                    await component.run(daemon, task_status=task_status)
-
-                started = await nursery.start(_supervised, state, run, cfg, restarted)
+                supervised = functools.partial(
+                    supervise,
+                    state,
+                    functools.partial(component.run, daemon),
+                    max_restarts=cfg.max_restarts,
+                    window=cfg.restart_window,
+                    backoff_cap=cfg.restart_backoff_max,
+                    on_restart=_count_restart,
+                )
+                started = await nursery.start(supervised)
                 if component.name == "http":
                     daemon.http_address = started
             nursery.start_soon(run_watchdog, daemon.notifier)
@@ -281,23 +278,8 @@ async def _run_components(
     return exit_code
 
 
-async def _supervised(
-    state: ComponentState,
-    run: ComponentFn,
-    cfg: config.DaemonConfig,
-    restarted: Callable[[ComponentState], None],
-    *,
-    task_status: trio.TaskStatus[Any],
-) -> None:
-    await supervise(
-        state,
-        run,
-        max_restarts=cfg.max_restarts,
-        window=cfg.restart_window,
-        backoff_cap=cfg.restart_backoff_max,
-        on_restart=restarted,
-        task_status=task_status,
-    )
+def _count_restart(state: ComponentState) -> None:
+    metrics.component_restarts.labels(state.name).inc()
 
 
 async def _signal_loop(daemon: Daemon, signals: Any) -> None:

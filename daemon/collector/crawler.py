@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -31,12 +30,8 @@ from daemon.collector.messages import row_items
 from daemon.collector.octoparse import OctoparseClient
 from daemon.config import CollectorConfig, TaskConfig, WebhookSpec, webhook_spec
 from daemon.logs import get_logger
-from daemon.outbox import Outbox
+from daemon.outbox import Outbox, now_ms
 from daemon.store import Store
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class JobSink(Protocol):
@@ -176,7 +171,7 @@ class TaskCrawler:
         stream: str,
         fixed_ttl_ms: int,
         jobs: JobSink | None = None,
-        clock_ms: Callable[[], int] = wall_ms,
+        clock_ms: Callable[[], int] = now_ms,
     ) -> None:
         self.task = task
         self.collector = collector

@@ -32,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from daemon import outbox
 from daemon.api.errors import (
     HTTPError,
     JSONResponse,
@@ -45,10 +46,6 @@ DAY_MS = 86_400_000
 DEMO_USERNAME = "demo"
 DEMO_PASSWORD = "demo-password"
 DEMO_API_KEY = "op_sk_demo"
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class SimTask(msgspec.Struct, kw_only=True):
@@ -102,7 +99,7 @@ class OctoparseSim:
         api_key: str | None = DEMO_API_KEY,
         token_lifetime: float = 86_400.0,
         expired_token_status: int = 401,
-        now_ms: Callable[[], int] = wall_ms,
+        now_ms: Callable[[], int] = outbox.now_ms,
         clock: Callable[[], float] = time.monotonic,
         timezone: str = "Asia/Shanghai",
     ) -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import random
-import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Iterator
@@ -630,7 +629,7 @@ class _WebhookGauges(Collector):
             "crawld_webhook_oldest_pending_seconds",
             "Age of the oldest webhook event being delivered (0 when none)",
         )
-        now = time.time_ns() // 1_000_000
+        now = outbox_mod.now_ms()
         heads = []
         for manager in list(_LIVE):
             for job in list(manager._active.values()):
