@@ -424,6 +424,7 @@ class TaskCrawler:
         finally:  # a cancelled caller's write may still have committed: wake the drainer anyway
             if items:
                 self.outbox.notify_appended(self.stream)
+        self.high_water = paging.high_water(after)
         if pending is not None and self.jobs is not None:
             await self.jobs.after_commit(pending)
         stats.windows += 1
@@ -445,6 +446,7 @@ class TaskCrawler:
         await self.store.write(
             lambda c: save_progress(c, self.task.id, progress, stats.run_id, stats.job_id, now)
         )
+        self.high_water = paging.high_water(progress)
 
     async def _close_orphaned_job(self, job_id: str, ended: bool) -> None:
         if self.jobs is None:
@@ -465,8 +467,6 @@ class TaskCrawler:
         self.last_result = stats
         metrics.collector_runs.labels(self.task.id, stats.status).inc()
         try:
-            state = await self.store.read(lambda c: load_task_state(c, self.task.id))
-            self.high_water = paging.high_water(state.progress)
             await self.store.write(
                 lambda c: save_result(c, self.task.id, stats, stats.finished_ms or 0)
             )
