@@ -55,6 +55,11 @@ def row_items(
     return items
 
 
+def message_headers(item: Item) -> dict[str, Any]:
+    """The AMQP headers of a row's message (the same in RabbitMQ and the embedded queue)."""
+    return {k: item.meta.get(k) for k in ("task_id", "run_id", "offset")}
+
+
 def outgoing(item: Item, now_ms: int) -> OutgoingMessage | None:
     """The broker message for an outbox item, or None if its record already expired."""
     fixed = item.meta.get("ttl_ms")
@@ -71,11 +76,7 @@ def outgoing(item: Item, now_ms: int) -> OutgoingMessage | None:
         message_id=item.key,
         expiration_ms=expiration,
         timestamp=item.created_ms,
-        headers={
-            "task_id": item.meta.get("task_id"),
-            "run_id": item.meta.get("run_id"),
-            "offset": item.meta.get("offset"),
-        },
+        headers=message_headers(item),
     )
 
 
@@ -99,7 +100,7 @@ def consumed_from_item(item: Item, now_ms: int) -> ConsumedMessage:
         message_id=item.key,
         expiration=None if remaining is None else str(remaining),
         timestamp=item.created_ms,
-        headers={k: item.meta.get(k) for k in ("task_id", "run_id", "offset")},
+        headers=message_headers(item),
     )
 
 
