@@ -16,50 +16,22 @@ from typing import Any, Literal
 
 import msgspec
 
+from daemon.config_types import (
+    Duration,
+    Section,
+    check_timezone,
+    dec_hook,
+    enc_hook,
+)
+from daemon.crawl.config import CrawlConfig
+from daemon.tracker.config import TrackerConfig
+
 
 class ConfigError(Exception):
     """A config file that cannot be used; the message names the file and the key path."""
 
 
-class Duration(float):
-    """Seconds; in the file a number or a string like "500ms", "15s", "10m", "24h", "7d"."""
-
-
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
-
-
-def parse_duration(value: object) -> Duration:
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration like '10m', got {value!r}")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str) and (m := _DURATION_RE.match(value)):
-        seconds = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
-    else:
-        raise ValueError(f"expected a duration like '10m', '15s' or '24h', got {value!r}")
-    if seconds < 0:
-        raise ValueError(f"a duration cannot be negative, got {value!r}")
-    return Duration(seconds)
-
-
-def _dec_hook(type_: type, obj: Any) -> Any:
-    if type_ is Duration:
-        return parse_duration(obj)
-    raise NotImplementedError
-
-
-def _enc_hook(obj: Any) -> Any:
-    if isinstance(obj, Duration):
-        return float(obj)
-    raise NotImplementedError
-
-
-class _Section(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    pass
-
-
-class DaemonConfig(_Section, frozen=True):
+class DaemonConfig(Section, frozen=True):
     state_dir: str = "state"
     """Where crawld.db (and its -wal/-shm files) live; relative paths are relative to the config
     file. Under systemd, $STATE_DIRECTORY overrides it."""
@@ -75,7 +47,7 @@ class DaemonConfig(_Section, frozen=True):
             raise ValueError("max_restarts must be at least 1")
 
 
-class HttpConfig(_Section, frozen=True):
+class HttpConfig(Section, frozen=True):
     bind: str = "127.0.0.1:8700"
     enabled: bool = True
 
@@ -85,7 +57,7 @@ class HttpConfig(_Section, frozen=True):
             raise ValueError(f"bind must be 'host:port', got {self.bind!r}")
 
 
-class StoreConfig(_Section, frozen=True):
+class StoreConfig(Section, frozen=True):
     synchronous: Literal["normal", "full"] = "normal"
     """WAL + NORMAL never corrupts and survives a crash of crawld; only a power loss can roll back
     the last commits (each outbox item is then re-sent, never lost upstream of it). Choose "full"
@@ -99,7 +71,7 @@ class StoreConfig(_Section, frozen=True):
             raise ValueError("group_commit_max must be at least 1")
 
 
-class BrokerConfig(_Section, frozen=True):
+class BrokerConfig(Section, frozen=True):
     kind: Literal["embedded", "amqp"] = "embedded"
     url: str = "amqp://guest@127.0.0.1:5672/"
     """AMQP URL without the password; the password comes from `password_env`."""
@@ -158,7 +130,7 @@ def webhook_spec(value: str | WebhookSpec | None) -> WebhookSpec | None:
     return value
 
 
-class AccountConfig(_Section, frozen=True):
+class AccountConfig(Section, frozen=True):
     name: str
     base_url: str = "https://openapi.octoparse.com"
     username: str | None = None
@@ -178,7 +150,7 @@ class AccountConfig(_Section, frozen=True):
             raise ValueError("rate_limit must be positive")
 
 
-class TaskConfig(_Section, frozen=True):
+class TaskConfig(Section, frozen=True):
     id: str
     """Our name for the task: used in the API, logs, message headers and message ids."""
     account: str
@@ -205,19 +177,10 @@ class TaskConfig(_Section, frozen=True):
             raise ValueError("filter_days must be positive")
         if isinstance(self.webhook, str):
             check_webhook_url(self.webhook)
-        _check_timezone(self.timezone)
+        check_timezone(self.timezone)
 
 
-def _check_timezone(name: str) -> None:
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"unknown timezone {name!r}") from None
-
-
-class CollectorConfig(_Section, frozen=True):
+class CollectorConfig(Section, frozen=True):
     enabled: bool = True
     auto_start: bool = True
     filter_days: float = 7
@@ -238,18 +201,14 @@ class CollectorConfig(_Section, frozen=True):
             raise ValueError("filter_days must be positive")
 
 
-class TrackerConfig(_Section, frozen=True):
-    enabled: bool = False
-
-
-class JobsConfig(_Section, frozen=True):
+class JobsConfig(Section, frozen=True):
     store: bool = True
     """Keep webhook events in the durable outbox; false keeps them in a bounded memory queue."""
     ttl: Duration = Duration(86400)
     memory_queue_size: int = 1000
 
 
-class WebhooksConfig(_Section, frozen=True):
+class WebhooksConfig(Section, frozen=True):
     secret_env: str | None = None
     """Environment variable holding the HMAC secret; without it requests are not signed."""
     timeout: Duration = Duration(10)
@@ -272,13 +231,14 @@ class WebhooksConfig(_Section, frozen=True):
             raise ValueError("per_host_concurrency must be at least 1")
 
 
-class Config(_Section, frozen=True):
+class Config(Section, frozen=True):
     daemon: DaemonConfig = DaemonConfig()
     http: HttpConfig = HttpConfig()
     store: StoreConfig = StoreConfig()
     broker: BrokerConfig = BrokerConfig()
     collector: CollectorConfig = CollectorConfig()
     tracker: TrackerConfig = TrackerConfig()
+    crawl: CrawlConfig = CrawlConfig()
     jobs: JobsConfig = JobsConfig()
     webhooks: WebhooksConfig = WebhooksConfig()
     source: str = ""
@@ -306,7 +266,7 @@ def _check_references(config: Config) -> None:
 def decode(text: str | bytes, source: str = "<string>") -> Config:
     """Decode and validate config text; raise ConfigError naming `source` and the key path."""
     try:
-        config = msgspec.toml.decode(text, type=Config, dec_hook=_dec_hook)
+        config = msgspec.toml.decode(text, type=Config, dec_hook=dec_hook)
         if config.source:
             raise ValueError(
                 "`source` is set by crawld and cannot be written in the file - at `$.source`"
@@ -347,7 +307,7 @@ def resolve_secret(env_name: str | None, key_path: str) -> str | None:
 
 
 def to_builtins(value: Any) -> Any:
-    return msgspec.to_builtins(value, enc_hook=_enc_hook)
+    return msgspec.to_builtins(value, enc_hook=enc_hook)
 
 
 class ConfigDiff(msgspec.Struct, frozen=True):
@@ -394,8 +354,8 @@ def diff(old: Config, new: Config) -> ConfigDiff:
     ]
     sections = [
         name
-        for name in ("daemon", "http", "store", "broker", "tracker", "jobs", "webhooks")
-        if getattr(old, name) != getattr(new, name)
+        for name in old.__struct_fields__
+        if name not in ("collector", "source") and getattr(old, name) != getattr(new, name)
     ]
     old_collector = msgspec.structs.replace(old.collector, accounts=[], tasks=[])
     new_collector = msgspec.structs.replace(new.collector, accounts=[], tasks=[])

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -52,6 +53,26 @@ class _WriteJob:
     done: trio.Event = field(default_factory=trio.Event)
     result: Any = None
     error: BaseException | None = None
+
+
+STORAGE_ERRORS: tuple[type[BaseException], ...] = (
+    apsw.FullError,
+    apsw.IOError,
+    apsw.CantOpenError,
+    apsw.ReadOnlyError,
+    apsw.CorruptError,
+    apsw.NoMemError,
+)
+"""Errors that mean the database cannot take writes at all (disk full, I/O), not a bad job."""
+
+
+@dataclass(frozen=True)
+class StoreHealth:
+    writable: bool
+    reason: str | None = None
+    """The last storage error while not writable (e.g. "FullError: database or disk is full")."""
+    since_ms: int | None = None
+    """When writes started failing (epoch ms)."""
 
 
 @dataclass
@@ -129,6 +150,22 @@ class Store:
         self._reader_limiter = trio.CapacityLimiter(readers)
         self._writer_limiter = trio.CapacityLimiter(1)
         self._closed = False
+        self._health = StoreHealth(writable=True)
+
+    def health(self) -> StoreHealth:
+        """Whether the last write transaction could be stored (False after disk full, I/O error)."""
+        return self._health
+
+    def _storage_failed(self, exc: BaseException) -> None:
+        if self._health.writable:
+            log.error("the database cannot take writes", error=f"{type(exc).__name__}: {exc}")
+            reason = f"{type(exc).__name__}: {exc}"
+            self._health = StoreHealth(False, reason, time.time_ns() // 1_000_000)
+
+    def _storage_ok(self) -> None:
+        if not self._health.writable:
+            log.warning("the database takes writes again", since_ms=self._health.since_ms)
+            self._health = StoreHealth(writable=True)
 
     def _connect(self) -> apsw.Connection:
         conn = apsw.Connection(str(self.path), statementcachesize=256)
@@ -201,6 +238,8 @@ class Store:
                 except Exception as exc:
                     job.error = exc
                     self.stats.write_errors += 1
+                    if isinstance(exc, STORAGE_ERRORS):
+                        self._storage_failed(exc)
                     if conn.getautocommit():  # SQLite abandoned the whole transaction
                         lost = True
                         break
@@ -208,7 +247,11 @@ class Store:
                 conn.execute("RELEASE job")
             if not lost:
                 conn.execute("COMMIT")
+                if not any(isinstance(job.error, STORAGE_ERRORS) for job in batch):
+                    self._storage_ok()
         except Exception as exc:  # the commit (or a savepoint step) failed: nothing is stored
+            if isinstance(exc, STORAGE_ERRORS):
+                self._storage_failed(exc)
             if not conn.getautocommit():
                 with contextlib.suppress(apsw.Error):
                     conn.execute("ROLLBACK")

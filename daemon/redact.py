@@ -1,0 +1,46 @@
+# One place decides what of a URL or a header set may leave the process (API answers, stored job
+# errors, logs, /status): URLs keep scheme, host, port and path, while user:password and every
+# query value become `***`; header values are hidden except for a short list that never carries
+# credentials. User input echoed back in an error is cut short so a huge value cannot come back
+# at length.
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+MASK = "***"
+ECHO_LIMIT = 200
+"""Most characters of user input repeated in an error answer or a log line."""
+
+SAFE_HEADERS = frozenset({"content-type", "accept", "user-agent", "content-length"})
+"""Header names whose values are shown; every other value is masked."""
+
+
+def redact_url(url: str) -> str:
+    """`url` with credentials and query values replaced by `***` (keys stay, for debugging)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return cap(url)
+    netloc = parts.netloc
+    userinfo, at, hostport = netloc.rpartition("@")
+    if at:
+        user = userinfo.partition(":")[0]
+        netloc = f"{user}:{MASK}@{hostport}" if user else f"{MASK}@{hostport}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode([(k, MASK) for k, _ in pairs], safe="*") if pairs else MASK
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+
+
+def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """A copy with every value masked except those of SAFE_HEADERS."""
+    return {k: v if k.lower() in SAFE_HEADERS else MASK for k, v in headers.items()}
+
+
+def cap(text: str, limit: int = ECHO_LIMIT) -> str:
+    """`text` cut to `limit` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"
