@@ -80,7 +80,10 @@ class BrokerConfig(Section, frozen=True):
     queue_type: Literal["classic", "quorum"] = "classic"
     message_ttl_ms: int = 604_800_000
     confirm_window: int = 500
-    """Messages published before their confirms are awaited (one outbox batch)."""
+    """Most messages published and not yet confirmed; a crash or a lost connection sends at most
+    this many again."""
+    batches_in_flight: int = 2
+    """The confirm window is published as this many batches back to back (pipelined)."""
     reconnect_max: Duration = Duration(30)
 
     def __post_init__(self) -> None:
@@ -90,6 +93,8 @@ class BrokerConfig(Section, frozen=True):
             raise ValueError("message_ttl_ms cannot be negative")
         if not 1 <= self.confirm_window <= 10_000:
             raise ValueError("confirm_window must be between 1 and 10000")
+        if not 1 <= self.batches_in_flight <= min(16, self.confirm_window):
+            raise ValueError("batches_in_flight must be between 1 and min(16, confirm_window)")
 
 
 WebhookEvent = Literal[
