@@ -154,7 +154,7 @@ def check_secrets(cfg: config.Config) -> None:
     """Every secret the config names must be set now, so a reload cannot half-apply."""
     if cfg.broker.kind == "amqp":
         config.resolve_secret(cfg.broker.password_env, "$.broker.password_env")
-    config.resolve_secret(cfg.webhooks.secret_env, "$.webhooks.secret_env")
+    config.webhook_secret(cfg.webhooks)
     if cfg.collector.enabled:
         used = {t.account for t in cfg.collector.tasks if t.enabled}
         for i, account in enumerate(cfg.collector.accounts):
