@@ -44,3 +44,11 @@ def cap(text: str, limit: int = ECHO_LIMIT) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def cap_message(text: str, limit: int = ECHO_LIMIT) -> str:
+    """Like `cap`, but a trailing key path (msgspec's " - at `$.a.b`") survives the cut."""
+    head, sep, path = text.rpartition(" - at `")
+    if not sep or len(text) <= limit:
+        return cap(text, limit)
+    return f"{cap(head, limit)}{sep}{cap(path, limit)}"
