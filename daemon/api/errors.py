@@ -64,6 +64,8 @@ async def read_json_body(request: Request, type_: type[T], *, empty_ok: bool = T
         raise HTTPError(422, "invalid request body", str(exc)) from None
     except msgspec.DecodeError as exc:
         raise HTTPError(400, "request body is not valid JSON", str(exc)) from None
+    except RecursionError:
+        raise HTTPError(400, "request body is nested too deeply") from None
 
 
 async def handle_http_error(request: Request, exc: Exception) -> Response:
