@@ -36,7 +36,7 @@ class ConfigStatus(msgspec.Struct):
     last_reload: ReloadResult | None
 
 
-class StoreStatus(msgspec.Struct):
+class StoreStatus(msgspec.Struct, omit_defaults=True):
     path: str
     schema_version: int
     transactions: int
