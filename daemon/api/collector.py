@@ -16,6 +16,7 @@ from daemon.collector.octoparse import OctoparseError
 from daemon.collector.queue import QueueUnavailable, RowQueue
 from daemon.collector.service import Collector, CollectorNotRunning, UnknownAccount, UnknownTask
 from daemon.config import HttpConfig, WebhookSpec, check_webhook_url, is_loopback_host
+from daemon.redact import redact_tree
 from daemon.runtime import Daemon
 
 
@@ -95,7 +96,8 @@ def routes(daemon: Daemon, collector: Collector, queue: RowQueue) -> list[ApiRou
         return [task_id]
 
     async def tasks(request: Request) -> Response:
-        return json(TasksResponse(collector.tasks()))
+        # Webhook URLs and headers in task settings may carry credentials.
+        return json(TasksResponse(redact_tree(collector.tasks())))
 
     async def start(request: Request) -> Response:
         body = await read_json_body(request, StartRequest)

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from daemon import __version__, metrics
 from daemon.api.app import ApiRoute, json
-from daemon.redact import cap
+from daemon.redact import cap, redact_text, redact_tree
 from daemon.runtime import Daemon, ReloadResult
 
 
@@ -80,7 +80,9 @@ async def build_status(daemon: Daemon) -> Status:
             reason=health.reason,
             since_ms=health.since_ms,
         )
-    sections = {name: await fn() for name, fn in daemon.status_sections.items()}
+    # Sections come from every area; URLs (broker, webhooks, upstreams) and headers are redacted
+    # here, once, so no area can leak a credential through /status.
+    sections = {name: redact_tree(await fn()) for name, fn in daemon.status_sections.items()}
     return Status(
         state=daemon.state,
         version=__version__,
@@ -92,7 +94,12 @@ async def build_status(daemon: Daemon) -> Status:
             last_reload=daemon.last_reload,
         ),
         components=[
-            ComponentStatus(c.name, c.state, c.restarts, c.last_error)
+            ComponentStatus(
+                c.name,
+                c.state,
+                c.restarts,
+                None if c.last_error is None else redact_text(c.last_error),
+            )
             for c in daemon.component_states.values()
         ],
         store=store,

@@ -11,7 +11,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from daemon.redact import cap_message
+from daemon.redact import cap_message, redact_text
 
 T = TypeVar("T")
 
@@ -34,9 +34,10 @@ class HTTPError(Exception):
 
 
 def capped(value: Any) -> Any:
-    """`value` with every string (keys too) cut to about redact.ECHO_LIMIT characters."""
+    """`value` with every string (keys too) cut to about redact.ECHO_LIMIT characters and the
+    URLs in it redacted."""
     if isinstance(value, str):
-        return cap_message(value)
+        return cap_message(redact_text(value))
     if isinstance(value, dict):
         return {capped(k): capped(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -46,7 +47,7 @@ def capped(value: Any) -> Any:
 
 def error_response(status: int, message: str, detail: Any = None) -> JSONResponse:
     return JSONResponse(
-        {"error": cap_message(message), "detail": capped(detail)}, status_code=status
+        {"error": cap_message(redact_text(message)), "detail": capped(detail)}, status_code=status
     )
 
 
