@@ -11,8 +11,10 @@
 #
 # Connections: plain-http hops share one client (its pool is keyed by IP and port, which is
 # harmless without TLS); https hops use a client per host name, because a pool keyed by IP would
-# reuse a TLS session verified for another name on the same address. HostGate spaces requests to
-# one host (per-host concurrency and politeness delay) across every job, on trio's clock.
+# reuse a TLS session verified for another name on the same address. Resolutions are cached for a
+# minute (a crawl asks for the same host thousands of times); the cached addresses are vetted at
+# every use. HostGate spaces requests to one host (per-host concurrency and politeness delay)
+# across every job, on trio's clock.
 from __future__ import annotations
 
 import math
@@ -26,6 +28,7 @@ from urllib.parse import urljoin
 import httpx
 import msgspec
 import trio
+from prometheus_client import Counter
 
 from daemon.crawl.config import CrawlConfig
 from daemon.jobs.ssrf import (
@@ -35,8 +38,10 @@ from daemon.jobs.ssrf import (
     new_client,
     parse_networks,
     pinned_request,
+    system_resolver,
     vet_url,
 )
+from daemon.metrics import REGISTRY
 from daemon.redact import redact_url
 
 __all__ = [
@@ -58,6 +63,18 @@ _TEXT_TYPES = frozenset(
     {"application/json", "application/xml", "application/xhtml+xml", "application/rss+xml"}
 )
 _HTTPS_CLIENTS = 64
+DNS_CACHE_SECONDS = 60.0
+_DNS_CACHE_SIZE = 4096
+
+fetches = Counter(
+    "crawld_crawl_fetches",
+    "Pages fetched by the crawl engine, by outcome (ok, or the Firecrawl error code)",
+    ["outcome"],
+    registry=REGISTRY,
+)
+fetched_bytes = Counter(
+    "crawld_crawl_fetched_bytes", "Body bytes read by the crawl engine", registry=REGISTRY
+)
 
 
 class FetchPolicy(msgspec.Struct, frozen=True):
@@ -222,12 +239,28 @@ class Fetcher:
     ) -> None:
         self.policy = policy
         self.gate = gate
-        self._resolver = resolver
+        self._resolver = resolver or system_resolver
+        self._dns: OrderedDict[tuple[str, int], tuple[float, list[str]]] = OrderedDict()
         self._allow = parse_networks(policy.allow_cidrs)
         self._http = new_client(max_connections=256, max_keepalive=64)
         self._https: OrderedDict[tuple[str, bool], httpx.AsyncClient] = OrderedDict()
         self._in_use: dict[int, int] = {}
         self._retired: list[httpx.AsyncClient] = []
+
+    async def _resolve(self, host: str, port: int) -> list[str]:
+        """The resolver's answer, remembered for DNS_CACHE_SECONDS (failures are not). Every
+        address is still vetted at each use, so the cache cannot let a blocked one through."""
+        key = (host, port)
+        now = trio.current_time()
+        cached = self._dns.get(key)
+        if cached is not None and cached[0] > now:
+            self._dns.move_to_end(key)
+            return cached[1]
+        addresses = await self._resolver(host, port)
+        self._dns[key] = (now + DNS_CACHE_SECONDS, addresses)
+        while len(self._dns) > _DNS_CACHE_SIZE:
+            self._dns.popitem(last=False)
+        return addresses
 
     def _client(self, scheme: str, host: str, verify: bool) -> httpx.AsyncClient:
         if scheme == "http":
@@ -271,17 +304,26 @@ class Fetcher:
         holds a slot of its host (`concurrency`, `delay` as HostGate.slot). `any_content_type`
         lifts the content-type check (gzipped sitemaps)."""
         budget = timeout if timeout is not None else self.policy.timeout
-        with trio.move_on_after(budget):
-            return await self._follow(
+        try:
+            with trio.move_on_after(budget):
+                result = await self._follow(
+                    url,
+                    dict(headers or {}),
+                    not skip_tls_verification,
+                    check_hop,
+                    _Hop(concurrency, delay, any_content_type),
+                )
+                fetches.labels("ok").inc()
+                fetched_bytes.inc(len(result.body))
+                return result
+            raise FetchError(
+                "SCRAPE_TIMEOUT",
+                f"no complete answer from {redact_url(url)} within {budget:g} s",
                 url,
-                dict(headers or {}),
-                not skip_tls_verification,
-                check_hop,
-                _Hop(concurrency, delay, any_content_type),
             )
-        raise FetchError(
-            "SCRAPE_TIMEOUT", f"no complete answer from {redact_url(url)} within {budget:g} s", url
-        )
+        except FetchError as exc:
+            fetches.labels(exc.code).inc()
+            raise
 
     async def _follow(
         self,
@@ -310,7 +352,7 @@ class Fetcher:
                     where = f"redirect to {redact_url(current)}" if redirects else "URL"
                     raise FetchError("CRAWL_DENIAL", f"{where} refused: {reason}", url)
             try:
-                vetted = await vet_url(target, self._allow, resolver=self._resolver)
+                vetted = await vet_url(target, self._allow, resolver=self._resolve)
             except ResolutionFailed as exc:
                 raise FetchError("SCRAPE_DNS_RESOLUTION_ERROR", exc.reason, url) from None
             except BlockedAddress as exc:
@@ -329,8 +371,8 @@ class Fetcher:
                 self._in_use[id(client)] -= 1
                 if not self._in_use[id(client)]:
                     del self._in_use[id(client)]
-                if self._retired:
-                    await self._close_retired()
+            if self._retired:
+                await self._close_retired()
             if isinstance(result, FetchResult):
                 return result
             redirects.append(current)

@@ -250,3 +250,33 @@ async def test_gate_applies_to_fetches(site: SiteSim) -> None:
             nursery.start_soon(fetcher.fetch, site.url(f"/pages/{i}"))
     assert gate.active("site.test") == 0
     assert sum(site.counts[f"/pages/{i}"] for i in range(4)) == 4
+
+
+async def test_resolutions_are_cached_and_still_vetted(site: SiteSim) -> None:
+    calls: list[str] = []
+    table = {"site.test": "127.0.0.1", "evil.test": "169.254.169.254"}
+
+    async def resolve(host: str, port: int) -> list[str]:
+        calls.append(host)
+        return await host_map_resolver(table)(host, port)
+
+    async with Fetcher(policy(), resolver=resolve) as fetcher:
+        for path in ("/pages/1", "/pages/2", "/pages/3"):
+            await fetcher.fetch(site.url(path))
+        for _ in range(2):
+            with pytest.raises(FetchError) as info:
+                await fetcher.fetch(f"http://evil.test:{site.port}/")
+            assert info.value.code == "CRAWL_DENIAL"
+    assert calls == ["site.test", "evil.test"]
+
+
+async def test_outcomes_are_counted(site: SiteSim, fetcher: Fetcher) -> None:
+    from daemon.crawl.fetch import fetches
+
+    ok = fetches.labels("ok")._value.get()
+    unsupported = fetches.labels("SCRAPE_UNSUPPORTED_FILE_ERROR")._value.get()
+    await fetcher.fetch(site.url("/about"))
+    with pytest.raises(FetchError):
+        await fetcher.fetch(site.url("/files/doc.pdf"))
+    assert fetches.labels("ok")._value.get() == ok + 1
+    assert fetches.labels("SCRAPE_UNSUPPORTED_FILE_ERROR")._value.get() == unsupported + 1
