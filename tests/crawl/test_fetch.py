@@ -280,3 +280,72 @@ async def test_outcomes_are_counted(site: SiteSim, fetcher: Fetcher) -> None:
         await fetcher.fetch(site.url("/files/doc.pdf"))
     assert fetches.labels("ok")._value.get() == ok + 1
     assert fetches.labels("SCRAPE_UNSUPPORTED_FILE_ERROR")._value.get() == unsupported + 1
+
+
+async def _serve_raw(nursery: trio.Nursery, answer: bytes) -> int:
+    """A one-shot HTTP server that writes `answer` verbatim and closes the connection."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await stream.receive_some(65536)
+        await stream.send_all(answer)
+        await stream.aclose()
+
+    nursery.start_soon(trio.serve_listeners, handler, listeners)
+    return int(listeners[0].socket.getsockname()[1])
+
+
+async def test_connection_cut_mid_body_is_an_error(fetcher: Fetcher) -> None:
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 1000\r\n\r\n<p>only part"
+    )
+    async with trio.open_nursery() as nursery:
+        port = await _serve_raw(nursery, answer)
+        with pytest.raises(FetchError) as info:
+            await fetcher.fetch(f"http://site.test:{port}/")
+        nursery.cancel_scope.cancel()
+    assert info.value.code == "SCRAPE_SITE_ERROR"
+
+
+async def test_chunked_body_cut_is_an_error(fetcher: Fetcher) -> None:
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5\r\nhello\r\n"
+    )
+    async with trio.open_nursery() as nursery:
+        port = await _serve_raw(nursery, answer)
+        with pytest.raises(FetchError) as info:
+            await fetcher.fetch(f"http://site.test:{port}/")
+        nursery.cancel_scope.cancel()
+    assert info.value.code == "SCRAPE_SITE_ERROR"
+
+
+async def test_gzip_bomb_hits_the_size_cap(fetcher: Fetcher) -> None:
+    import gzip
+
+    bomb = gzip.compress(b"<p>" + b"a" * 4_000_000)
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: gzip\r\n"
+        + f"Content-Length: {len(bomb)}\r\n\r\n".encode()
+        + bomb
+    )
+    assert len(bomb) < 32 * 1024  # under the cap compressed, far over it decompressed
+    async with trio.open_nursery() as nursery:
+        port = await _serve_raw(nursery, answer)
+        with pytest.raises(FetchError) as info:
+            await fetcher.fetch(f"http://site.test:{port}/")
+        nursery.cancel_scope.cancel()
+    assert "size cap" in info.value.message
+
+
+def test_policy_from_config() -> None:
+    from daemon.crawl.config import CrawlConfig
+    from daemon.crawl.fetch import FetchPolicy
+
+    config = CrawlConfig(allow_cidrs=["127.0.0.0/8"], max_bytes=4096)
+    fetch_policy = FetchPolicy.from_config(config)
+    assert fetch_policy.allow_cidrs == ("127.0.0.0/8",)
+    assert fetch_policy.max_bytes == 4096
+    assert fetch_policy.user_agent == config.user_agent
+    assert fetch_policy.timeout == float(config.page_timeout)
+    assert fetch_policy.max_redirects == 10
