@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urljoin
 
 import msgspec
-from html_to_markdown import ConversionOptions, PreprocessingOptions, convert
+from html_to_markdown import ConversionError, ConversionOptions, PreprocessingOptions, convert
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from daemon.crawl.fetch import FetchResult
@@ -288,7 +288,12 @@ def _has_content(tree: LexborHTMLParser) -> bool:
 
 
 def to_markdown(html: str, *, remove_base64_images: bool) -> str:
-    markdown = convert(html, _MARKDOWN_OPTIONS).content or ""
+    """Markdown of cleaned html; the page's plain text if the converter refuses the input
+    (a page never fails for its markup)."""
+    try:
+        markdown = convert(html, _MARKDOWN_OPTIONS).content or ""
+    except ConversionError:
+        markdown = LexborHTMLParser(html).text(separator="\n", strip=True)
     if remove_base64_images:
         markdown = _BASE64_IMAGE.sub(rf"\1({BASE64_IMAGE_REMOVED})", markdown)
     return markdown

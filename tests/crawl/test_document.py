@@ -255,3 +255,16 @@ def test_clean_html_largest_srcset_by_density() -> None:
         '<img srcset="a.png 1x, b.png 3x, c.png 2x">', "http://s.test/", only_main_content=True
     )
     assert 'src="http://s.test/b.png"' in (tree.html or "")
+
+
+def test_converter_failure_falls_back_to_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    import html_to_markdown
+
+    from daemon.crawl import document
+
+    def refuse(html: str, options: object) -> object:
+        raise html_to_markdown.ConversionError("boom")
+
+    monkeypatch.setattr(document, "convert", refuse)
+    md = doc("<article><h1>Head</h1><p>Body text</p></article>")["markdown"]
+    assert md == "Head\nBody text"
