@@ -5,8 +5,9 @@
 # vetted again and the caller's `check_hop` (the crawl scope) re-applied, so a redirect can lead
 # neither to 169.254.169.254 nor out of a crawl's scope.
 #
-# A page has one deadline covering resolution, every hop and the body, and the body is read as a
-# stream under a byte cap (decompressed bytes count). Failures are FetchError with Firecrawl's
+# A page has one time budget covering resolution, every hop and the body (time spent waiting for
+# the host's turn in the HostGate is not counted), and the body is read as a stream under a byte
+# cap (decompressed bytes count). Failures are FetchError with Firecrawl's
 # error codes, which the API returns as they are.
 #
 # Connections: plain-http hops share one client (its pool is keyed by IP and port, which is
@@ -20,8 +21,8 @@ from __future__ import annotations
 import math
 import ssl
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 from urllib.parse import urljoin
 
@@ -168,6 +169,29 @@ class _Hop(msgspec.Struct, frozen=True):
     any_content_type: bool
 
 
+class _Budget:
+    """A page's time budget, spent only while resolving and exchanging, not while waiting
+    for the host's turn in the HostGate."""
+
+    def __init__(self, seconds: float, url: str) -> None:
+        self.seconds = seconds
+        self.left = seconds
+        self.url = url
+
+    @contextmanager
+    def spend(self) -> Iterator[None]:
+        start = trio.current_time()
+        with trio.move_on_after(max(self.left, 0.0)) as scope:
+            yield
+        self.left -= trio.current_time() - start
+        if scope.cancelled_caught:
+            raise FetchError(
+                "SCRAPE_TIMEOUT",
+                f"no complete answer from {redact_url(self.url)} within {self.seconds:g} s",
+                self.url,
+            )
+
+
 class _HostState:
     __slots__ = ("active", "lot", "next_start", "users")
 
@@ -303,27 +327,22 @@ class Fetcher:
         `max_bytes` and unsupported content types raise FetchError. With a HostGate, each hop
         holds a slot of its host (`concurrency`, `delay` as HostGate.slot). `any_content_type`
         lifts the content-type check (gzipped sitemaps)."""
-        budget = timeout if timeout is not None else self.policy.timeout
+        budget = _Budget(timeout if timeout is not None else self.policy.timeout, url)
         try:
-            with trio.move_on_after(budget):
-                result = await self._follow(
-                    url,
-                    dict(headers or {}),
-                    not skip_tls_verification,
-                    check_hop,
-                    _Hop(concurrency, delay, any_content_type),
-                )
-                fetches.labels("ok").inc()
-                fetched_bytes.inc(len(result.body))
-                return result
-            raise FetchError(
-                "SCRAPE_TIMEOUT",
-                f"no complete answer from {redact_url(url)} within {budget:g} s",
+            result = await self._follow(
                 url,
+                dict(headers or {}),
+                not skip_tls_verification,
+                check_hop,
+                _Hop(concurrency, delay, any_content_type),
+                budget,
             )
         except FetchError as exc:
             fetches.labels(exc.code).inc()
             raise
+        fetches.labels("ok").inc()
+        fetched_bytes.inc(len(result.body))
+        return result
 
     async def _follow(
         self,
@@ -332,6 +351,7 @@ class Fetcher:
         verify: bool,
         check_hop: Callable[[str], str | None] | None,
         hop: _Hop,
+        budget: _Budget,
     ) -> FetchResult:
         policy = self.policy
         headers = {"User-Agent": policy.user_agent, "Accept-Encoding": "gzip, deflate"}
@@ -341,18 +361,25 @@ class Fetcher:
         current = url
         redirects: list[str] = []
         seen: set[str] = set()
+        previous_host: str | None = None
         while True:
             try:
                 target = httpx.URL(current)
             except httpx.InvalidURL as exc:
                 raise FetchError("SCRAPE_SITE_ERROR", f"invalid URL: {exc}", url) from None
+            if previous_host is not None and target.host != previous_host:
+                for name in list(headers):
+                    if name.lower() in _CROSS_ORIGIN_DROPPED:
+                        del headers[name]
+            previous_host = target.host
             if check_hop is not None:
                 reason = check_hop(current)
                 if reason is not None:
                     where = f"redirect to {redact_url(current)}" if redirects else "URL"
                     raise FetchError("CRAWL_DENIAL", f"{where} refused: {reason}", url)
             try:
-                vetted = await vet_url(target, self._allow, resolver=self._resolve)
+                with budget.spend():
+                    vetted = await vet_url(target, self._allow, resolver=self._resolve)
             except ResolutionFailed as exc:
                 raise FetchError("SCRAPE_DNS_RESOLUTION_ERROR", exc.reason, url) from None
             except BlockedAddress as exc:
@@ -363,10 +390,12 @@ class Fetcher:
             request = pinned_request(client, target, vetted, None, headers, timeouts, method="GET")
             self._in_use[id(client)] = self._in_use.get(id(client), 0) + 1
             try:
+                # Waiting for the host's turn is not the page's time: only the exchange is.
                 async with self._gated(vetted.host, hop.concurrency, hop.delay):
-                    result = await self._exchange(
-                        client, request, url, current, redirects, hop.any_content_type
-                    )
+                    with budget.spend():
+                        result = await self._exchange(
+                            client, request, url, current, redirects, hop.any_content_type
+                        )
             finally:
                 self._in_use[id(client)] -= 1
                 if not self._in_use[id(client)]:
@@ -383,10 +412,6 @@ class Fetcher:
                 )
             if result in seen:
                 raise FetchError("SCRAPE_SITE_ERROR", "redirect loop", url)
-            if httpx.URL(result).host != target.host:
-                for name in list(headers):
-                    if name.lower() in _CROSS_ORIGIN_DROPPED:
-                        del headers[name]
             current = result
 
     @asynccontextmanager

@@ -5,6 +5,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+import trio.testing
 
 from daemon.crawl.fetch import Fetcher, FetchError, HostGate, accepted_content_type
 from daemon.crawl.urls import CrawlScope
@@ -349,3 +350,24 @@ def test_policy_from_config() -> None:
     assert fetch_policy.user_agent == config.user_agent
     assert fetch_policy.timeout == float(config.page_timeout)
     assert fetch_policy.max_redirects == 10
+
+
+async def test_waiting_for_the_host_is_not_page_time(
+    site: SiteSim, mock_clock: trio.testing.MockClock
+) -> None:
+    """Virtual time stands still unless jumped: 10 s pass while the only slot of the host is
+    taken, then the page is fetched within its 5 s budget."""
+    gate = HostGate(per_host=1)
+    results: list[int] = []
+    async with Fetcher(policy(), resolver=host_map_resolver(), gate=gate) as fetcher:
+
+        async def fetch_one() -> None:
+            results.append((await fetcher.fetch(site.url("/about"), timeout=5.0)).status_code)
+
+        async with trio.open_nursery() as nursery, gate.slot("site.test"):
+            nursery.start_soon(fetch_one)
+            await trio.testing.wait_all_tasks_blocked()
+            mock_clock.jump(10)
+            await trio.testing.wait_all_tasks_blocked()
+            assert results == [] and site.counts["/about"] == 0
+    assert results == [200]
