@@ -110,10 +110,23 @@ async def test_dns_failure(fetcher: Fetcher) -> None:
     assert info.value.code == "SCRAPE_DNS_RESOLUTION_ERROR"
 
 
-async def test_timeout_bounds_the_whole_fetch(site: SiteSim, fetcher: Fetcher) -> None:
-    with pytest.raises(FetchError) as info:
-        await fetcher.fetch(site.url("/slow"), timeout=0.2)
-    assert info.value.code == "SCRAPE_TIMEOUT"
+async def test_timeout_bounds_the_whole_fetch(
+    site: SiteSim, fetcher: Fetcher, mock_clock: trio.testing.MockClock
+) -> None:
+    errors: list[FetchError] = []
+
+    async def fetch_slow() -> None:
+        with pytest.raises(FetchError) as info:
+            await fetcher.fetch(site.url("/slow"), timeout=5.0)
+        errors.append(info.value)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fetch_slow)
+        while site.counts["/slow"] == 0:
+            await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(5)  # the site would answer after 30 s
+    assert [e.code for e in errors] == ["SCRAPE_TIMEOUT"]
+    assert "within 5 s" in errors[0].message
 
 
 async def test_size_cap(site: SiteSim, fetcher: Fetcher) -> None:
