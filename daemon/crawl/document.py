@@ -186,7 +186,7 @@ def extract_metadata(tree: LexborHTMLParser, page_url: str) -> dict[str, Any]:
     """Title, description, language, favicon, og/dc/article tags under Firecrawl's keys, and
     every meta name/property under its own name (a string, or a list when repeated)."""
     metadata: dict[str, Any] = {}
-    title = tree.css_first("title")
+    title = tree.css_first("head > title") or tree.css_first("title:not(svg title)")
     if title is not None:
         metadata["title"] = title.text(strip=True)
     html = tree.css_first("html")
