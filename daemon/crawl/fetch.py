@@ -43,7 +43,7 @@ from daemon.jobs.ssrf import (
     vet_url,
 )
 from daemon.metrics import REGISTRY
-from daemon.redact import redact_url
+from daemon.redact import cap, redact_url
 
 __all__ = [
     "FetchError",
@@ -126,6 +126,11 @@ class FetchError(Exception):
         self.url = url
 
 
+def _shown(url: str) -> str:
+    """A URL as it may appear in an error: credentials and query values masked, cut short."""
+    return cap(redact_url(url))
+
+
 def accepted_content_type(content_type: str) -> bool:
     """HTML, text/*, JSON and XML are scraped; other types (PDF, images, archives) are not.
     A missing Content-Type is accepted (the body is sniffed later)."""
@@ -153,7 +158,7 @@ def _is_tls_error(exc: BaseException) -> bool:
 
 
 def _failure(exc: httpx.HTTPError, url: str) -> FetchError:
-    shown = redact_url(url)
+    shown = _shown(url)
     if isinstance(exc, httpx.TimeoutException):
         return FetchError("SCRAPE_TIMEOUT", f"timed out fetching {shown}", url)
     if _is_tls_error(exc):
@@ -187,7 +192,7 @@ class _Budget:
         if scope.cancelled_caught:
             raise FetchError(
                 "SCRAPE_TIMEOUT",
-                f"no complete answer from {redact_url(self.url)} within {self.seconds:g} s",
+                f"no complete answer from {_shown(self.url)} within {self.seconds:g} s",
                 self.url,
             )
 
@@ -375,7 +380,7 @@ class Fetcher:
             if check_hop is not None:
                 reason = check_hop(current)
                 if reason is not None:
-                    where = f"redirect to {redact_url(current)}" if redirects else "URL"
+                    where = f"redirect to {_shown(current)}" if redirects else "URL"
                     raise FetchError("CRAWL_DENIAL", f"{where} refused: {reason}", url)
             try:
                 with budget.spend():
@@ -383,7 +388,7 @@ class Fetcher:
             except ResolutionFailed as exc:
                 raise FetchError("SCRAPE_DNS_RESOLUTION_ERROR", exc.reason, url) from None
             except BlockedAddress as exc:
-                where = f"redirect to {redact_url(current)}" if redirects else redact_url(current)
+                where = f"redirect to {_shown(current)}" if redirects else _shown(current)
                 raise FetchError("CRAWL_DENIAL", f"{where} refused: {exc.reason}", url) from None
             client = self._client(vetted.scheme, vetted.host, verify)
             timeouts = httpx.Timeout(policy.timeout, connect=policy.connect_timeout)

@@ -384,3 +384,13 @@ async def test_waiting_for_the_host_is_not_page_time(
             await trio.testing.wait_all_tasks_blocked()
             assert results == [] and site.counts["/about"] == 0
     assert results == [200]
+
+
+async def test_errors_redact_and_cap_urls(fetcher: Fetcher) -> None:
+    url = "http://user:pw@169.254.169.254/" + "p" * 500 + "?token=secret"
+    with pytest.raises(FetchError) as info:
+        await fetcher.fetch(url)
+    message = info.value.message
+    assert "secret" not in message and "pw" not in message
+    assert "more characters" in message and len(message) < 400
+    assert info.value.url == url  # the caller's own value, for matching
