@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import functools
+import ssl
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -394,3 +397,61 @@ async def test_errors_redact_and_cap_urls(fetcher: Fetcher) -> None:
     assert "secret" not in message and "pw" not in message
     assert "more characters" in message and len(message) < 400
     assert info.value.url == url  # the caller's own value, for matching
+
+
+async def _serve_tls(nursery: trio.Nursery, tmp_path: Path, names: list[str | None]) -> int:
+    """An HTTPS server with a self-signed certificate for site.test; records the SNI of each
+    TLS connection and keeps connections alive."""
+    from tests.jobs.test_ssrf import make_cert
+
+    cert, key = make_cert(tmp_path, "site.test")
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    server_ctx.sni_callback = lambda _sock, name, _ctx: names.append(name)  # type: ignore[assignment,misc]
+    page = b"<p>secure</p>"
+
+    async def handle(raw: trio.SocketStream) -> None:
+        stream = trio.SSLStream(raw, server_ctx, server_side=True)
+        try:
+            data = b""
+            while True:
+                while b"\r\n\r\n" not in data:
+                    chunk = await stream.receive_some(65536)
+                    if not chunk:
+                        return
+                    data += chunk
+                _, data = data.split(b"\r\n\r\n", 1)
+                await stream.send_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+                    + f"Content-Length: {len(page)}\r\n\r\n".encode()
+                    + page
+                )
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, handle, 0, host="127.0.0.1"))
+    return int(listeners[0].socket.getsockname()[1])
+
+
+async def test_https_certificate_verified_unless_skipped(
+    tmp_path: Path, fetcher: Fetcher, nursery: trio.Nursery
+) -> None:
+    names: list[str | None] = []
+    port = await _serve_tls(nursery, tmp_path, names)
+    with pytest.raises(FetchError) as info:
+        await fetcher.fetch(f"https://site.test:{port}/")
+    assert info.value.code == "SCRAPE_SSL_ERROR"
+    result = await fetcher.fetch(f"https://site.test:{port}/", skip_tls_verification=True)
+    assert result.body == b"<p>secure</p>"
+    assert names[-1] == "site.test"
+
+
+async def test_https_hosts_on_one_address_get_their_own_connections(
+    tmp_path: Path, fetcher: Fetcher, nursery: trio.Nursery
+) -> None:
+    names: list[str | None] = []
+    port = await _serve_tls(nursery, tmp_path, names)
+    for host in ("site.test", "www.site.test", "site.test", "www.site.test"):
+        await fetcher.fetch(f"https://{host}:{port}/", skip_tls_verification=True)
+    # One TLS connection per name (kept alive and reused), never one name's for the other.
+    assert names == ["site.test", "www.site.test"]
