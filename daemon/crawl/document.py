@@ -92,7 +92,7 @@ class DocumentOptions(msgspec.Struct, frozen=True):
 
 
 def media_type(content_type: str) -> str:
-    """ "text/html; charset=utf-8" -> "text/html"."""
+    """The media type of a Content-Type value, lower-case, without parameters."""
     return content_type.split(";", 1)[0].strip().lower()
 
 
