@@ -65,6 +65,8 @@ _TEXT_TYPES = frozenset(
 )
 _HTTPS_CLIENTS = 64
 DNS_CACHE_SECONDS = 60.0
+_GATE_PRUNE_AT = 1024
+_GATE_PRUNE_EVERY = 60.0
 _DNS_CACHE_SIZE = 4096
 
 fetches = Counter(
@@ -221,6 +223,8 @@ class HostGate:
         self.per_host = per_host
         self._clock = clock
         self._hosts: dict[str, _HostState] = {}
+        self._prune_at = _GATE_PRUNE_AT
+        self._next_prune = -math.inf
 
     def active(self, host: str) -> int:
         state = self._hosts.get(host)
@@ -252,8 +256,24 @@ class HostGate:
                 state.lot.unpark_all()
         finally:
             state.users -= 1
-            if state.users == 0 and state.next_start <= self._clock():
+            now = self._clock()
+            if state.users == 0 and state.next_start <= now:
                 del self._hosts[host]
+            kept = len(self._hosts)
+            if kept > self._prune_at or (kept > _GATE_PRUNE_AT and now >= self._next_prune):
+                self._prune(now)
+
+    def _prune(self, now: float) -> None:
+        """Forget idle hosts whose politeness delay has passed (a broad crawl with a delay
+        would otherwise keep one entry per host ever visited)."""
+        for name in [n for n, s in self._hosts.items() if s.users == 0 and s.next_start <= now]:
+            del self._hosts[name]
+        self._prune_at = max(_GATE_PRUNE_AT, 2 * len(self._hosts))
+        self._next_prune = now + _GATE_PRUNE_EVERY
+
+    def __len__(self) -> int:
+        """Hosts the gate currently keeps state for."""
+        return len(self._hosts)
 
 
 class Fetcher:

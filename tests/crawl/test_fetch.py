@@ -455,3 +455,18 @@ async def test_https_hosts_on_one_address_get_their_own_connections(
         await fetcher.fetch(f"https://{host}:{port}/", skip_tls_verification=True)
     # One TLS connection per name (kept alive and reused), never one name's for the other.
     assert names == ["site.test", "www.site.test"]
+
+
+async def test_host_gate_forgets_idle_hosts(autojump_clock: trio.abc.Clock) -> None:
+    gate = HostGate(per_host=2)
+    for i in range(3000):
+        async with gate.slot(f"h{i}.test", delay=1.0):
+            pass
+    assert len(gate) == 3000  # every delay is still pending: all kept
+    await trio.sleep(61)
+    async with gate.slot("last.test", delay=1.0):
+        pass
+    assert len(gate) == 1
+    async with gate.slot("plain.test"):
+        assert len(gate) == 2
+    assert len(gate) == 1  # no delay: forgotten as soon as idle
