@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 import apsw
 import msgspec
@@ -158,6 +159,32 @@ def build_app(
     )
     app.state.daemon = daemon
     return app
+
+
+def public_base_url(daemon: Daemon) -> str:
+    """Where clients reach the API: `[http] public_url`, else http://<bind> with the bound port.
+
+    Links in answers are built from this, never from the request's Host header, which the client
+    chooses (a forged Host would send the next page's request elsewhere)."""
+    http = daemon.config.http
+    if http.public_url:
+        return http.public_url.rstrip("/")
+    host, _, port = http.bind.rpartition(":")
+    if daemon.http_address is not None:
+        port = str(daemon.http_address[1])
+    host = host.strip("[]")
+    if host in ("0.0.0.0", "::", ""):
+        host = "localhost"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def public_link(request: Request, **query: Any) -> str:
+    """Absolute URL of this request's path on the public base URL, with `query` replaced."""
+    daemon: Daemon = request.app.state.daemon
+    params = dict(request.query_params)
+    params.update({k: str(v) for k, v in query.items()})
+    link = public_base_url(daemon) + request.url.path
+    return f"{link}?{urlencode(params)}" if params else link
 
 
 def json(value: Any, status: int = 200) -> JSONResponse:

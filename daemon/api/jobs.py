@@ -11,7 +11,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from daemon.api.app import ApiRoute, QueryParam, json
+from daemon.api.app import ApiRoute, QueryParam, json, public_link
 from daemon.api.errors import HTTPError, decode_query_int
 from daemon.jobs.store import JobFinished, JobNotFound
 from daemon.redact import redact_text, redact_url
@@ -83,7 +83,7 @@ def routes(manager: JobManager) -> list[ApiRoute]:
         rows, more = await manager.job_rows(job_id, skip, limit, PAGE_BYTES)
         next_url = None
         if more:
-            next_url = str(request.url.include_query_params(skip=skip + len(rows)))
+            next_url = public_link(request, skip=skip + len(rows))
         return json(
             CrawlStatus(
                 success=True,
