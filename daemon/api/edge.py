@@ -238,23 +238,31 @@ class EdgeMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        refusal = self.check(scope)
+        headers = _headers(scope)
+        body = _Body(
+            receive,
+            self.policy,
+            has_body="chunked" in headers.get("transfer-encoding", "").lower()
+            or headers.get("content-length", "0").strip() not in ("", "0"),
+        )
+        refusal = self.check(scope, headers)
         if refusal is not None:
             reason, response = refusal
             refused.labels(reason).inc()
-            await response(scope, receive, send)
+            await response(scope, receive, body.send_wrapper(send))
             return
         self.active += 1
         try:
-            await self.app(scope, self._body_limited(receive), send)
+            await self.app(scope, body.receive, body.send_wrapper(send))
         finally:
             self.active -= 1
 
-    def check(self, scope: Mapping[str, Any]) -> tuple[str, JSONResponse] | None:
+    def check(
+        self, scope: Mapping[str, Any], headers: Mapping[str, str]
+    ) -> tuple[str, JSONResponse] | None:
         """The first rule the request breaks, as (metric reason, answer), or None."""
         policy = self.policy
         path = scope.get("path", "")
-        headers = _headers(scope)
         open_path = path in OPEN_PATHS
         if not open_path and self.active >= policy.max_concurrent:
             response = error_response(503, "too many requests in progress", {
@@ -296,26 +304,40 @@ class EdgeMiddleware:
             return "media_type", error_response(415, "unsupported media type", why)
         return None
 
-    def _body_limited(self, receive: Any) -> Any:
-        policy = self.policy
-        deadline = trio.current_time() + policy.body_timeout
-        received = 0
-        complete = False
 
-        async def limited() -> Any:
-            nonlocal received, complete
-            if complete:
-                return await receive()
-            with trio.move_on_at(deadline):
-                message = await receive()
-                if message["type"] == "http.request":
-                    received += len(message.get("body", b""))
-                    if received > policy.max_body:
-                        refused.labels("too_large").inc()
-                        raise BodyTooLarge(policy.max_body)
-                    complete = not message.get("more_body", False)
-                return message
-            refused.labels("body_timeout").inc()
-            raise BodyTooSlow(policy.body_timeout)
+class _Body:
+    """One request's body as the app reads it: counted against max_body, due by body_timeout.
 
-        return limited
+    An answer sent before the body was read completely says `Connection: close`: the server
+    drops the rest of the body with the connection, and a client must not reuse it."""
+
+    def __init__(self, receive: Any, policy: EdgePolicy, *, has_body: bool) -> None:
+        self._receive = receive
+        self.policy = policy
+        self.deadline = trio.current_time() + policy.body_timeout
+        self.received = 0
+        self.complete = not has_body
+
+    async def receive(self) -> Any:
+        if self.complete:
+            return await self._receive()
+        with trio.move_on_at(self.deadline):
+            message = await self._receive()
+            if message["type"] == "http.request":
+                self.received += len(message.get("body", b""))
+                if self.received > self.policy.max_body:
+                    refused.labels("too_large").inc()
+                    raise BodyTooLarge(self.policy.max_body)
+                self.complete = not message.get("more_body", False)
+            return message
+        refused.labels("body_timeout").inc()
+        raise BodyTooSlow(self.policy.body_timeout)
+
+    def send_wrapper(self, send: Any) -> Any:
+        async def wrapped(message: Any) -> None:
+            if message["type"] == "http.response.start" and not self.complete:
+                message = {**message, "headers": [*message.get("headers", ()),
+                                                  (b"connection", b"close")]}  # fmt: skip
+            await send(message)
+
+        return wrapped
