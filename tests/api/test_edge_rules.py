@@ -142,3 +142,21 @@ def test_media_type(
     method: str, content_type: str | None, length: str | None, chunked: bool, refused: bool
 ) -> None:
     assert (media_type_refusal(method, content_type, length, chunked) is not None) is refused
+
+
+@pytest.mark.parametrize(
+    ("bind", "key_env", "allowed"),
+    [
+        ("127.0.0.1:8700", None, True),
+        ("[::1]:8700", None, True),
+        ("0.0.0.0:8700", "K", True),
+        ("127.0.0.1:8700", "K", True),
+    ],
+)
+def test_get_consume_needs_loopback_or_a_key(bind: str, key_env: str | None, allowed: bool) -> None:
+    from daemon.api.collector import get_consume_allowed
+
+    assert get_consume_allowed(HttpConfig(bind=bind, api_key_env=key_env)) is allowed
+    # a public bind without a key cannot even be configured
+    with pytest.raises(ValueError, match="api_key_env"):
+        HttpConfig(bind="0.0.0.0:8700")

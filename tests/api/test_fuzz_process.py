@@ -10,11 +10,9 @@ would fetch URLs taken from a request body (no packet may leave the machine in a
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import NotifySocket
+from tests.api.conftest import crawld_subprocess
 
 pytestmark = pytest.mark.process
 
@@ -66,29 +64,10 @@ class Crawld:
 @pytest.fixture(scope="module")
 def crawld(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Crawld]:
     tmp = tmp_path_factory.mktemp("fuzz")
-    path = tmp / "crawld.toml"
-    path.write_text(CONFIG)
-    notify = NotifySocket()
-    env = {**os.environ, "NOTIFY_SOCKET": notify.address, "CRAWLD_FUZZ_KEY": KEY}
-    for name in ("WATCHDOG_USEC", "WATCHDOG_PID", "JOURNAL_STREAM"):
-        env.pop(name, None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon", "run", "--config", str(path)],
-        env=env,
-        stderr=open(tmp / "stderr.log", "wb"),  # noqa: SIM115  (closed with the process)
-    )
-    try:
-        while "READY" not in (message := notify.receive(timeout=60)):
-            pass
-        match = re.search(r"http on 127\.0\.0\.1:(\d+)", message["STATUS"])
-        assert match, message
-        yield Crawld(proc, int(match.group(1)))
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
-        notify.close()
-        log = (tmp / "stderr.log").read_text(errors="replace")
-        assert "internal error" not in log and "Traceback" not in log, log[-5000:]
+    with crawld_subprocess(tmp, CONFIG, env={"CRAWLD_FUZZ_KEY": KEY}) as (proc, port):
+        yield Crawld(proc, port)
+    log = (tmp / "stderr.log").read_text(errors="replace")
+    assert "internal error" not in log, log[-5000:]
 
 
 @pytest.fixture(scope="module")
