@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import trio
 
 from daemon import config
 from daemon.app import check_secrets
@@ -233,3 +234,15 @@ def test_status_command_sends_the_key(tmp_path, monkeypatch) -> None:  # type: i
     assert url == "http://h:1/status" and headers == {"Authorization": f"Bearer {OLD_KEY}"}
     monkeypatch.delenv("CRAWLD_API_KEY")
     assert status_request(None, None) == ("http://127.0.0.1:8700/status", {})
+
+
+async def test_reload_checks_the_key_variable(
+    keys: None, start_daemon: StartDaemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon = await start_daemon(KEYED)
+    path = trio.Path(daemon.config.source)
+    monkeypatch.delenv("CRAWLD_TEST_OTHER_KEY", raising=False)
+    await path.write_text((await path.read_text()).replace(KEY_ENV, "CRAWLD_TEST_OTHER_KEY"))
+    assert not await daemon.reload()
+    assert daemon.last_reload is not None and "$.http.api_key_env" in daemon.last_reload.message
+    assert daemon.config.http.api_key_env == KEY_ENV
