@@ -102,14 +102,15 @@ def routes(manager: JobManager) -> list[ApiRoute]:
         job_id = _job_id(request)
         if await manager.get_job(job_id) is None:
             return _not_found()
-        errors = await manager.job_errors(job_id)
+        # Errors stored before URLs were redacted at the source still leave redacted.
+        errors = [
+            msgspec.structs.replace(e, url=e.url and redact_url(e.url), error=redact_text(e.error))
+            for e in await manager.job_errors(job_id)
+        ]
         return json(
             CrawlErrors(
                 errors=[
-                    CrawlError(
-                        e.id, iso(e.at_ms), redact_url(e.url or ""), e.code, redact_text(e.error)
-                    )
-                    for e in errors
+                    CrawlError(e.id, iso(e.at_ms), e.url or "", e.code, e.error) for e in errors
                 ],
                 robotsBlocked=[],
             )
