@@ -11,10 +11,10 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
+from daemon import redact
 from daemon.api.app import ApiRoute, QueryParam, json, public_link
 from daemon.api.errors import HTTPError, decode_query_int
 from daemon.jobs.store import JobFinished, JobNotFound
-from daemon.redact import redact_text, redact_url
 
 if TYPE_CHECKING:
     from daemon.jobs.manager import JobManager
@@ -104,7 +104,9 @@ def routes(manager: JobManager) -> list[ApiRoute]:
             return _not_found()
         # Errors stored before URLs were redacted at the source still leave redacted.
         errors = [
-            msgspec.structs.replace(e, url=e.url and redact_url(e.url), error=redact_text(e.error))
+            msgspec.structs.replace(
+                e, url=e.url and redact.redact_url(e.url), error=redact.redact_text(e.error)
+            )
             for e in await manager.job_errors(job_id)
         ]
         return json(
