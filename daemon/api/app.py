@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from daemon import __version__
-from daemon.api.edge import EdgeMiddleware, EdgePolicy
+from daemon.api.edge import EdgeMiddleware, EdgePolicy, EdgeStats
 from daemon.api.errors import HTTPError, JSONResponse, error_response, handle_http_error
 from daemon.config import resolve_secret
 from daemon.logs import get_logger
@@ -111,7 +111,10 @@ def edge_policy(daemon: Daemon) -> EdgePolicy:
 
 
 def build_app(
-    daemon: Daemon, routes: Sequence[ApiRoute], policy: EdgePolicy | None = None
+    daemon: Daemon,
+    routes: Sequence[ApiRoute],
+    policy: EdgePolicy | None = None,
+    stats: EdgeStats | None = None,
 ) -> Starlette:
     """One Starlette app for `routes` behind the edge checks of `policy` (default: the config's)."""
     document = msgspec.json.encode(openapi_document(routes))
@@ -155,7 +158,7 @@ def build_app(
     app = Starlette(
         routes=starlette_routes,
         exception_handlers=handlers,
-        middleware=[Middleware(EdgeMiddleware, policy=policy or edge_policy(daemon))],
+        middleware=[Middleware(EdgeMiddleware, policy=policy or edge_policy(daemon), stats=stats)],
     )
     app.state.daemon = daemon
     return app

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -205,6 +205,18 @@ class EdgePolicy:
         return not (self.metrics_public and path == "/metrics")
 
 
+@dataclass
+class EdgeStats:
+    """What the edge is doing, for /status: requests in progress and refusals by reason."""
+
+    active: int = 0
+    refused: dict[str, int] = field(default_factory=dict)
+
+    def refuse(self, reason: str) -> None:
+        self.refused[reason] = self.refused.get(reason, 0) + 1
+        refused.labels(reason).inc()
+
+
 def unauthorized(detail: str) -> JSONResponse:
     """401 in Firecrawl's SDK shape and ours, with the challenge RFC 6750 asks for."""
     response = JSONResponse(
@@ -229,10 +241,10 @@ def _headers(scope: Mapping[str, Any]) -> dict[str, str]:
 class EdgeMiddleware:
     """ASGI middleware applying EdgePolicy to every HTTP request."""
 
-    def __init__(self, app: Any, policy: EdgePolicy) -> None:
+    def __init__(self, app: Any, policy: EdgePolicy, stats: EdgeStats | None = None) -> None:
         self.app = app
         self.policy = policy
-        self.active = 0
+        self.stats = stats if stats is not None else EdgeStats()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -242,20 +254,21 @@ class EdgeMiddleware:
         body = _Body(
             receive,
             self.policy,
+            self.stats,
             has_body="chunked" in headers.get("transfer-encoding", "").lower()
             or headers.get("content-length", "0").strip() not in ("", "0"),
         )
         refusal = self.check(scope, headers)
         if refusal is not None:
             reason, response = refusal
-            refused.labels(reason).inc()
+            self.stats.refuse(reason)
             await response(scope, receive, body.send_wrapper(send))
             return
-        self.active += 1
+        self.stats.active += 1
         try:
             await self.app(scope, body.receive, body.send_wrapper(send))
         finally:
-            self.active -= 1
+            self.stats.active -= 1
 
     def check(
         self, scope: Mapping[str, Any], headers: Mapping[str, str]
@@ -264,7 +277,7 @@ class EdgeMiddleware:
         policy = self.policy
         path = scope.get("path", "")
         open_path = path in OPEN_PATHS
-        if not open_path and self.active >= policy.max_concurrent:
+        if not open_path and self.stats.active >= policy.max_concurrent:
             response = error_response(503, "too many requests in progress", {
                 "max_concurrent_requests": policy.max_concurrent})  # fmt: skip
             response.headers["Retry-After"] = "1"
@@ -311,9 +324,12 @@ class _Body:
     An answer sent before the body was read completely says `Connection: close`: the server
     drops the rest of the body with the connection, and a client must not reuse it."""
 
-    def __init__(self, receive: Any, policy: EdgePolicy, *, has_body: bool) -> None:
+    def __init__(
+        self, receive: Any, policy: EdgePolicy, stats: EdgeStats, *, has_body: bool
+    ) -> None:
         self._receive = receive
         self.policy = policy
+        self.stats = stats
         self.deadline = trio.current_time() + policy.body_timeout
         self.received = 0
         self.complete = not has_body
@@ -326,11 +342,11 @@ class _Body:
             if message["type"] == "http.request":
                 self.received += len(message.get("body", b""))
                 if self.received > self.policy.max_body:
-                    refused.labels("too_large").inc()
+                    self.stats.refuse("too_large")
                     raise BodyTooLarge(self.policy.max_body)
                 self.complete = not message.get("more_body", False)
             return message
-        refused.labels("body_timeout").inc()
+        self.stats.refuse("body_timeout")
         raise BodyTooSlow(self.policy.body_timeout)
 
     def send_wrapper(self, send: Any) -> Any:

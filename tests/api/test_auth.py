@@ -246,3 +246,19 @@ async def test_reload_checks_the_key_variable(
     assert not await daemon.reload()
     assert daemon.last_reload is not None and "$.http.api_key_env" in daemon.last_reload.message
     assert daemon.config.http.api_key_env == KEY_ENV
+
+
+async def test_status_shows_the_edge(keys: None, start_daemon: StartDaemon) -> None:
+    daemon = await start_daemon(KEYED)
+    async with client(daemon) as anonymous:
+        assert (await anonymous.get("/status")).status_code == 401
+        assert (await anonymous.get("/status", headers={"Host": "evil.example"})).status_code == 421
+    async with client(daemon, KEY) as c:
+        http = (await c.get("/status")).json()["http"]
+    assert daemon.http_address is not None
+    assert http["address"] == list(daemon.http_address)
+    assert http["api_keys"] == 2 and http["metrics_public"] is False
+    assert http["hosts"] == ["127.0.0.1", "localhost", "[::1]"]
+    assert http["refused"] == {"unauthorized": 1, "host": 1}
+    assert http["active_requests"] == 1  # this request
+    assert KEY not in str(http) and OLD_KEY not in str(http)
