@@ -4,11 +4,12 @@
 # shell that applies them in order and counts what it refused. It sits inside Starlette's error
 # middleware, so its early answers use the same JSON shape as every other error.
 #
-# Order: concurrency cap (503) → Host allow-list (421) → body size by Content-Length (413) →
-# API key (401) → browser cross-site request (403) → JSON Content-Type on methods that change
-# data (415). Then the body is counted as it streams (chunked bodies have no Content-Length: 413)
-# and must arrive within `body_timeout` (408), so a trickling upload cannot hold a slot forever.
-# /healthz skips everything but the body checks: a monitor must reach it even when the API is full.
+# Order: concurrency cap (503) → head size (431) → Host allow-list (421) → body size by
+# Content-Length (413) → API key (401) → browser cross-site request (403) → JSON Content-Type on
+# methods that change data (415). Then the body is counted as it streams (chunked bodies have no
+# Content-Length: 413) and must arrive within `body_timeout` (408), so a trickling upload cannot
+# hold a slot forever. /healthz skips the cap, the Host, key and cross-site checks: a monitor must
+# reach it even when the API is full.
 from __future__ import annotations
 
 import hmac
@@ -74,6 +75,8 @@ def split_host(value: str) -> tuple[str, int | None]:
     """("name", port or None) of a Host header or a `hosts` entry; IPv6 keeps its brackets."""
     value = value.strip().lower()
     if value.startswith("["):
+        if "]" not in value:
+            return "", None
         name, _, rest = value.partition("]")
         name += "]"
         port = rest[1:] if rest.startswith(":") else ""
@@ -187,6 +190,7 @@ class EdgePolicy:
     max_body: int
     body_timeout: float
     max_concurrent: int
+    max_head: int = 16 * 1024
 
     @classmethod
     def from_config(cls, http: HttpConfig, key_value: str | None) -> EdgePolicy:
@@ -197,6 +201,7 @@ class EdgePolicy:
             max_body=http.max_body,
             body_timeout=float(http.body_timeout),
             max_concurrent=http.max_concurrent_requests,
+            max_head=http.max_header_bytes,
         )
 
     def needs_key(self, path: str) -> bool:
@@ -282,6 +287,14 @@ class EdgeMiddleware:
                 "max_concurrent_requests": policy.max_concurrent})  # fmt: skip
             response.headers["Retry-After"] = "1"
             return "busy", response
+        head = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+        head += sum(len(k) + len(v) + 4 for k, v in scope.get("headers", ()))
+        if head > policy.max_head:
+            # hypercorn stops a head that grows past the limit while it arrives; one that came
+            # in a single read is measured here.
+            return "head_too_large", error_response(
+                431, "request line and headers too large", {"max_header_bytes": policy.max_head}
+            )
         server = scope.get("server")
         port = server[1] if server else None
         host = headers.get("host")

@@ -56,6 +56,7 @@ def test_no_keys_match_nothing() -> None:
         ("[::1]", ("[::1]", None)),
         ("::1", ("[::1]", None)),
         ("host:abc", ("", None)),
+        ("[::1", ("", None)),
         ("host:１２", ("", None)),
     ],
 )
@@ -76,6 +77,8 @@ DEFAULT = HostRule.from_config(HttpConfig(bind="127.0.0.1:8700"))
         ("localhost:8701", False),
         ("evil.example:8700", False),
         ("localhost.evil.example:8700", False),
+        ("[::1", False),
+        ("[::1:8700", False),
         ("", False),
         (None, False),
     ],

@@ -44,7 +44,7 @@ auto_start = false
 enabled = false
 """
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
-EDGE_STATUSES = {400, 401, 403, 404, 405, 408, 413, 415, 421, 422}
+EDGE_STATUSES = {400, 401, 403, 404, 405, 408, 413, 415, 421, 422, 431}
 """Answers any route may give before a handler runs (bad input, refusals)."""
 
 

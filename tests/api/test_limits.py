@@ -198,3 +198,14 @@ async def test_an_answer_before_the_body_was_read_closes_the_connection(
         assert read.status_code == 200 and "connection" not in read.headers
         for _ in range(20):  # every answer arrives on a fresh or a still-open connection
             assert (await c.request("GET", "/status", content=b"{}")).status_code == 200
+
+
+async def test_a_long_head_that_arrives_at_once_is_refused(start_daemon: StartDaemon) -> None:
+    daemon = await start_daemon("max_header_bytes = 2048")
+    async with client(daemon) as c:
+        long_query = await c.get("/status", params={"q": "a" * 3000})
+        assert long_query.status_code == 431
+        assert long_query.json()["detail"] == {"max_header_bytes": 2048}
+        big_header = await c.get("/status", headers={"X-Big": "b" * 3000})
+        assert big_header.status_code == 431
+        assert (await c.get("/status", headers={"X-Small": "b" * 500})).status_code == 200
