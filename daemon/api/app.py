@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from daemon import __version__
-from daemon.api.edge import EdgeMiddleware, EdgePolicy, EdgeStats
+from daemon.api.edge import OPEN_PATHS, SAFE_METHODS, EdgeMiddleware, EdgePolicy, EdgeStats
 from daemon.api.errors import HTTPError, JSONResponse, error_response, handle_http_error
 from daemon.config import resolve_secret
 from daemon.logs import get_logger
@@ -28,6 +28,19 @@ from daemon.store import STORAGE_ERRORS, StoreClosed
 log = get_logger("http")
 
 Handler = Callable[[Request], Awaitable[Response]]
+
+EDGE_ERRORS = {
+    401: "API key missing or wrong (when [http] api_key_env is set)",
+    403: "a browser request from another site",
+    421: "Host not in [http] hosts",
+    431: "request head too large",
+}
+"""What the edge (daemon/api/edge.py) may answer on any route but /healthz."""
+CHANGE_ERRORS = {
+    408: "request body not received within [http] body_timeout",
+    413: "request body over [http] max_body",
+    415: "a body that is not application/json",
+}
 
 
 @dataclass(frozen=True)
@@ -90,7 +103,14 @@ def openapi_document(routes: Sequence[ApiRoute]) -> dict[str, Any]:
         elif route.content_type != "application/json":
             ok["content"] = {route.content_type: {"schema": {"type": "string"}}}
         op["responses"]["200"] = ok
-        for status, description in sorted(route.errors.items()):
+        errors = dict(route.errors)
+        if route.path not in OPEN_PATHS:
+            errors = {**EDGE_ERRORS, **errors}
+            if route.method not in SAFE_METHODS:
+                errors = {**CHANGE_ERRORS, **errors}
+        else:
+            op["security"] = []
+        for status, description in sorted(errors.items()):
             op["responses"][str(status)] = {
                 "description": description,
                 "content": {"application/json": {"schema": error_schema}},
@@ -100,7 +120,11 @@ def openapi_document(routes: Sequence[ApiRoute]) -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "crawld", "version": __version__},
         "paths": paths,
-        "components": {"schemas": components},
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
     }
 
 
