@@ -210,6 +210,7 @@ class Deliverer:
         self.vetting = ssrf.VettingCache()
         self._limiters: dict[str, trio.CapacityLimiter] = {}
         self._clients: dict[str, _HostClient] = {}
+        self._client_added = trio.Event()
 
     def reconfigure(self, settings: DeliverySettings) -> None:
         self.settings = settings
@@ -238,6 +239,20 @@ class Deliverer:
             await self._clients.pop(key).client.aclose()
         return len(idle)
 
+    async def close_idle_clients(self, idle_s: float = CLIENT_IDLE_S) -> None:
+        """Run until cancelled: close each host's client once it has been idle for `idle_s`.
+        Sleeps without a deadline while there is no client (tests on trio's mock clock)."""
+        while True:
+            if not self._clients:
+                await self._client_added.wait()
+                self._client_added = trio.Event()
+                continue
+            now = trio.current_time()
+            await self.close_idle(now, idle_s)
+            if self._clients:
+                due = min(held.last_used for held in self._clients.values()) + idle_s
+                await trio.sleep_until(max(due, now + 1.0))
+
     async def aclose(self) -> None:
         """Close every host's client (shutdown)."""
         clients, self._clients = list(self._clients.values()), {}
@@ -250,6 +265,7 @@ class Deliverer:
         if held is None:
             client = ssrf.new_client(max_connections=max(1, self.settings.per_host))
             held = self._clients[host_key] = _HostClient(client, trio.current_time())
+            self._client_added.set()
         held.in_use += 1
         return held
 

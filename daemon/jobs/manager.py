@@ -40,7 +40,6 @@ from daemon.config import JobsConfig, WebhookFields, WebhooksConfig, WebhookSpec
 from daemon.jobs import events
 from daemon.jobs import store as jobstore
 from daemon.jobs.drainer import (
-    CLIENT_IDLE_S,
     EVENTS,
     Deliverer,
     DeliverySettings,
@@ -377,9 +376,7 @@ class JobManager:
                 for job in list(self._active.values()):
                     self._spawn(job)
                 task_status.started()
-                while True:
-                    await trio.sleep(CLIENT_IDLE_S / 2)
-                    await self.deliverer.close_idle(trio.current_time())
+                await self.deliverer.close_idle_clients()
 
     def _stopped(self) -> None:
         self._nursery = None
