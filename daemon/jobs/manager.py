@@ -93,7 +93,7 @@ class JobManager:
         jobs: JobsConfig,
         webhooks: WebhooksConfig,
         *,
-        client: httpx.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
         clock_ms: Any = now_ms,
         rng: random.Random | None = None,
     ) -> None:
@@ -101,7 +101,7 @@ class JobManager:
         self.outbox = outbox
         self.jobs_cfg = jobs
         self.clock_ms = clock_ms
-        self.deliverer = Deliverer(DeliverySettings.from_config(webhooks), client, rng)
+        self.deliverer = Deliverer(DeliverySettings.from_config(webhooks), transport, rng)
         self._active: dict[str, JobState] = {}
         self._unsaved: dict[str, _UnsavedFinish] = {}
         self._nursery: trio.Nursery | None = None
