@@ -243,6 +243,14 @@ def _headers(scope: Mapping[str, Any]) -> dict[str, str]:
     return found
 
 
+def _chunked(headers: Mapping[str, str]) -> bool:
+    return "chunked" in headers.get("transfer-encoding", "").lower()
+
+
+def _has_body(headers: Mapping[str, str]) -> bool:
+    return _chunked(headers) or headers.get("content-length", "0").strip() not in ("", "0")
+
+
 class EdgeMiddleware:
     """ASGI middleware applying EdgePolicy to every HTTP request."""
 
@@ -256,13 +264,7 @@ class EdgeMiddleware:
             await self.app(scope, receive, send)
             return
         headers = _headers(scope)
-        body = _Body(
-            receive,
-            self.policy,
-            self.stats,
-            has_body="chunked" in headers.get("transfer-encoding", "").lower()
-            or headers.get("content-length", "0").strip() not in ("", "0"),
-        )
+        body = _Body(receive, self.policy, self.stats, has_body=_has_body(headers))
         refusal = self.check(scope, headers)
         if refusal is not None:
             reason, response = refusal
@@ -323,9 +325,8 @@ class EdgeMiddleware:
                 return "cross_site", error_response(
                     403, "cross-site browser requests are refused", reason
                 )
-        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         why = media_type_refusal(scope.get("method", "GET"), headers.get("content-type"),
-                                 length, chunked)  # fmt: skip
+                                 length, _chunked(headers))  # fmt: skip
         if why is not None:
             return "media_type", error_response(415, "unsupported media type", why)
         return None

@@ -204,8 +204,12 @@ def test_fuzz_every_route(crawld: Crawld, spec: dict[str, Any]) -> None:
         def fuzz(request: dict[str, Any]) -> None:
             check_answer(spec, request, send(client, request))
 
+        before = crawld.memory_kb("VmRSS")
         fuzz()
         assert client.get("/healthz").json() == {"status": "ok"}
+        grown_mib = (crawld.memory_kb("VmRSS") - before) / 1024
+        print(f"RSS grew by {grown_mib:.1f} MiB over the fuzzing")
+        assert grown_mib < 64
 
 
 def test_large_bodies_leave_memory_bounded(crawld: Crawld) -> None:

@@ -61,3 +61,31 @@ async def test_a_client_leaving_mid_body_is_logged_at_debug(
     loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert loud == [], [r.getMessage() for r in loud]
     assert all(r.exc_info is None for r in caplog.records if "disconnect" in r.getMessage())
+
+
+@pytest.mark.parametrize(
+    ("exc", "quiet"),
+    [
+        (ConnectionResetError(), True),
+        (trio.BrokenResourceError(), True),
+        (ExceptionGroup("g", [BrokenPipeError(), trio.ClosedResourceError()]), True),
+        (ExceptionGroup("g", [BrokenPipeError(), ValueError()]), False),
+        (ValueError("boom"), False),
+        (None, False),
+    ],
+)
+def test_hypercorn_lines_about_disconnects_drop_to_debug(
+    exc: BaseException | None, quiet: bool
+) -> None:
+    from daemon.api.server import DisconnectsAtDebug
+
+    info = (type(exc), exc, None) if exc is not None else None
+    record = logging.LogRecord(
+        "crawld.http.server", logging.ERROR, __file__, 1, "Error in ASGI", (), info
+    )
+    kept = DisconnectsAtDebug().filter(record)
+    if quiet:
+        assert record.levelno == logging.DEBUG and record.exc_info is None
+        assert kept is logging.getLogger().isEnabledFor(logging.DEBUG)
+    else:
+        assert kept and record.levelno == logging.ERROR
