@@ -64,7 +64,8 @@ EVENTS = Counter(
 )
 ATTEMPTS = Counter(
     "crawld_webhook_attempts",
-    "Webhook HTTP attempts by result: 2xx, 3xx, 4xx, 5xx, timeout, connect, dns, network, blocked",
+    "Webhook HTTP attempts by result: 2xx, 3xx, 4xx, 5xx, timeout, connect, dns, network, "
+    "blocked, error (the request could not be built or sent)",
     ["result"],
     registry=REGISTRY,
 )
