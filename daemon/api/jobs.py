@@ -14,6 +14,7 @@ from starlette.responses import Response
 from daemon.api.app import ApiRoute, QueryParam, json
 from daemon.api.errors import HTTPError, decode_query_int
 from daemon.jobs.store import JobFinished, JobNotFound
+from daemon.redact import redact_text, redact_url
 
 if TYPE_CHECKING:
     from daemon.jobs.manager import JobManager
@@ -105,7 +106,10 @@ def routes(manager: JobManager) -> list[ApiRoute]:
         return json(
             CrawlErrors(
                 errors=[
-                    CrawlError(e.id, iso(e.at_ms), e.url or "", e.code, e.error) for e in errors
+                    CrawlError(
+                        e.id, iso(e.at_ms), redact_url(e.url or ""), e.code, redact_text(e.error)
+                    )
+                    for e in errors
                 ],
                 robotsBlocked=[],
             )
