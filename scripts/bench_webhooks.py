@@ -19,7 +19,7 @@ and URL form.
 
 Usage: .venv/bin/python scripts/bench_webhooks.py [--events N] [--jobs N] [--per-job N]
        [--per-host N] [--rounds N]
-Run it under `flock /tmp/crawld-heavy.lock` on a shared machine.
+On a shared machine, run it while nothing else heavy runs (e.g. under a `flock`).
 """
 
 from __future__ import annotations

@@ -64,7 +64,8 @@ EVENTS = Counter(
 )
 ATTEMPTS = Counter(
     "crawld_webhook_attempts",
-    "Webhook HTTP attempts by result: 2xx, 3xx, 4xx, 5xx, timeout, connect, dns, network, blocked",
+    "Webhook HTTP attempts by result: 2xx, 3xx, 4xx, 5xx, timeout, connect, dns, network, "
+    "blocked, error (the request could not be built or sent)",
     ["result"],
     registry=REGISTRY,
 )
@@ -417,6 +418,7 @@ class JobDrainer:
                 if not await self._skip_disk(batch):
                     return
                 continue
+            last = batch[-1].seq
             for item in batch:
                 final = await self._send(item)
                 if final.outcome == "gone":
@@ -425,12 +427,11 @@ class JobDrainer:
                     break  # the cursor moved to the end: read again
                 error = self._error_for(item, final)
                 try:
-                    await self.outbox.ack(
-                        stream,
-                        item.seq,
-                        also=None
-                        if error is None
-                        else functools.partial(self._add_error, error=error),
+                    # The cursor alone per event; the batch's last ack deletes the batch.
+                    await self.store.write(
+                        functools.partial(
+                            self._ack_in_tx, seq=item.seq, prune=item.seq == last, error=error
+                        )
                     )
                 except apsw.Error as exc:
                     # Sent, but not recorded: it goes out once more after a restart, with the
@@ -566,6 +567,16 @@ class JobDrainer:
             "url": redact_url(self.job.webhook.url),
             "error": events.undelivered_error(eid, item.meta.get("type", "?"), final.reason),
         }
+
+    def _ack_in_tx(
+        self, conn: apsw.Connection, seq: int, prune: bool, error: dict[str, Any] | None
+    ) -> None:
+        if prune:
+            outbox_mod.ack(conn, self.job.stream, seq)
+        else:
+            outbox_mod.advance_cursor(conn, self.job.stream, seq)
+        if error is not None:
+            self._add_error(conn, error)
 
     def _add_error(self, conn: apsw.Connection, error: dict[str, Any]) -> None:
         jobstore.add_error(conn, self.job.id, at_ms=self.clock_ms(), **error)

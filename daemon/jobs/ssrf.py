@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import base64
+import functools
 import http.cookiejar
 import ipaddress
 import socket
@@ -283,30 +284,35 @@ def pinned_request(
     return request
 
 
+@functools.lru_cache(maxsize=1024)
+def _pinned_target(url: str, ip: str) -> tuple[httpx.URL, str, str | None]:
+    """(URL aimed at `ip`, Host header, Basic auth header from the URL's credentials or None);
+    parsing a URL costs more than the rest of a request, and a drainer sends to one URL."""
+    original = httpx.URL(url)
+    auth = None
+    if original.username or original.password:
+        token = base64.b64encode(f"{original.username}:{original.password}".encode()).decode()
+        auth = f"Basic {token}"
+    return original.copy_with(host=ip), original.netloc.decode("ascii"), auth
+
+
 def pinned_post(
     url: str | httpx.URL, vetted: Vetted, body: bytes, headers: Mapping[str, str], timeout: float
 ) -> httpx.Request:
     """A POST of `body` to `vetted.ip`, keeping the URL's Host header and TLS SNI, built for a
     transport (no client: no cookies, no default headers). Credentials in the URL become Basic
     auth unless `headers` has an Authorization, as httpx's client would do."""
-    original = url if isinstance(url, httpx.URL) else httpx.URL(url)
+    target, host, auth = _pinned_target(str(url), vetted.ip)
     merged = {k: v for k, v in headers.items() if k.lower() != "host"}
-    merged["Host"] = original.netloc.decode("ascii")
-    if (original.username or original.password) and not any(
-        k.lower() == "authorization" for k in merged
-    ):
-        token = base64.b64encode(f"{original.username}:{original.password}".encode()).decode()
-        merged["Authorization"] = f"Basic {token}"
-    extensions: dict[str, Any] = {"timeout": httpx.Timeout(timeout).as_dict()}
+    merged["Host"] = host
+    if auth is not None and not any(k.lower() == "authorization" for k in merged):
+        merged["Authorization"] = auth
+    extensions: dict[str, Any] = {
+        "timeout": {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
+    }
     if vetted.scheme == "https":
         extensions["sni_hostname"] = vetted.host
-    return httpx.Request(
-        "POST",
-        original.copy_with(host=vetted.ip),
-        content=body,
-        headers=merged,
-        extensions=extensions,
-    )
+    return httpx.Request("POST", target, content=body, headers=merged, extensions=extensions)
 
 
 class Answer(msgspec.Struct, frozen=True):

@@ -12,7 +12,7 @@ from daemon.fakes.receiver import WebhookReceiver
 from daemon.jobs import store as jobstore
 from daemon.jobs.manager import JobManager
 from daemon.outbox import Outbox
-from daemon.store import Store
+from daemon.store import Store, one
 from tests.jobs.conftest import FakeResolver, fast_webhooks
 
 StartManager = Callable[..., Any]
@@ -24,7 +24,7 @@ async def drained(manager: JobManager, job_id: str, timeout: float = 20) -> None
 
 
 async def test_a_burst_of_1000_events_arrives_in_order_terminal_last(
-    rx: WebhookReceiver, start_manager: StartManager
+    rx: WebhookReceiver, start_manager: StartManager, store: Store
 ) -> None:
     m = await start_manager()
     job = await m.create_job("crawl", webhook=WebhookSpec(url=rx.url()), source={})
@@ -37,6 +37,9 @@ async def test_a_burst_of_1000_events_arrives_in_order_terminal_last(
     assert [r.seq for r in got] == list(range(1, 1001))
     assert got[-1].type == "crawl.completed"
     assert rx.duplicates == [] and rx.gaps(job) == []
+    # The cursor moves per event, rows are deleted per batch: none are left.
+    left = "SELECT count(*) FROM outbox_items WHERE stream = ?"
+    assert await store.read(lambda c: one(c, left, (jobstore.stream_name(job),))[0]) == 0
 
 
 async def test_many_jobs_drain_concurrently_within_the_per_host_cap(
