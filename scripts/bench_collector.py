@@ -163,7 +163,7 @@ async def crawld_rows_per_s(
             with trio.fail_after(900):
                 # attribute reads: polling costs the daemon nothing
                 while (amqp.published if amqp else _stored(crawler)) < rows:
-                    await trio.sleep(0.005)
+                    await trio.sleep(0.01)
             elapsed = time.perf_counter() - start
             daemon.request_stop()
     finally:
@@ -255,7 +255,7 @@ async def main_async(args: argparse.Namespace) -> None:
                     bodies_file = Path(tmp) / f"bodies{rows}.json"
                     write_bodies(await sim.bodies(http, task_id, rows), bodies_file)
                 for round_ in range(args.rounds):  # interleaved: the broker's fsync rhythm drifts
-                    for mode in args.baselines.split(","):
+                    for mode in filter(None, args.baselines.split(",")):
                         result = await baseline_rows_per_s(mode, bodies_file, args.window)
                         runs.setdefault((mode, rows), []).append(result["rows_per_s"])
                         cpu.setdefault((mode, rows), []).append(result["cpu_seconds"])
