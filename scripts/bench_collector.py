@@ -137,7 +137,8 @@ async def crawld_rows_per_s(
     os.environ["BENCH_AMQP_PW"] = password
     path = state / "crawld.toml"
     path.write_text(
-        CONFIG.format(state=state / "st", port=0, url=url, queue=queue, window=args.window,
+        CONFIG.format(state=state / "st", port=0, url=url, queue=queue,
+                      window=args.crawld_window or args.window,
                       batches=args.batches, base=base, auto_start="false", kind=kind,
                       max_pending=max(20_000, rows + 1))
         + TASK.format(i=0, task_id=sim_task)
@@ -271,7 +272,8 @@ async def main_async(args: argparse.Namespace) -> None:
     finally:
         sim.stop()
     print(
-        f"confirm window {args.window} (crawld: {args.batches} batches in flight), "
+        f"confirm window {args.window} (crawld: {args.crawld_window or args.window} in "
+        f"{args.batches} batches in flight), "
         f"medians of {args.rounds} interleaved rounds; CPU is seconds per run (whole process)"
     )
     labels = {
@@ -310,6 +312,12 @@ def main() -> None:
     parser.add_argument("--rows", default="10000,100000", help="comma-separated row counts")
     parser.add_argument("--window", type=int, default=500)
     parser.add_argument("--batches", type=int, default=2, help="crawld's batches_in_flight")
+    parser.add_argument(
+        "--crawld-window",
+        type=int,
+        default=0,
+        help="crawld's confirm_window if not --window (e.g. 1000 = two 500-windows in flight)",
+    )
     parser.add_argument("--baselines", default="aiormq,pamqp")
     parser.add_argument("--kinds", default="amqp,embedded")
     parser.add_argument("--tasks", type=int, default=100)
