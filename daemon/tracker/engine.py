@@ -11,6 +11,7 @@
 # store's ingest queue and leave it in the transaction that stores their metadata.
 from __future__ import annotations
 
+import contextlib
 import random
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -142,24 +143,30 @@ class Tracker:
         return int(self.config.window * 1000)
 
     def _schedule(
-        self, conn: apsw.Connection, aid: int, type_: str, at_ms: int, force: bool = False
+        self,
+        conn: apsw.Connection,
+        aid: int,
+        type_: str,
+        at_ms: int,
+        now_ms: int,
+        force: bool = False,
     ) -> ts.Scheduled:
+        """Runs in the writer's thread: never reads the clock (it may follow trio's)."""
         return ts.schedule_snapshot(
             conn,
             aid,
             type_,
             at_ms,
-            now_ms=self.clock(),
+            now_ms=now_ms,
             force=force,
             capacity=self.config.window_capacity,
             rng=self.rng,
         )
 
-    async def schedule(
-        self, aid: int, type_: str, at_ms: int, force: bool = False
-    ) -> ts.Scheduled:
+    async def schedule(self, aid: int, type_: str, at_ms: int, force: bool = False) -> ts.Scheduled:
         """Plan a snapshot (see store.schedule_snapshot)."""
-        return await self.store.write(lambda c: self._schedule(c, aid, type_, at_ms, force))
+        now = self.clock()
+        return await self.store.write(lambda c: self._schedule(c, aid, type_, at_ms, now, force))
 
     async def prepare(self) -> int:
         """Before the ticks start: use the configured window length and turn schedules a dead
@@ -242,30 +249,30 @@ class Tracker:
             await self.store.write(lambda c: ts.delay_ingest(c, aid, at))
             return
         except BiliError as exc:
-            metrics.upstream_errors.labels(str(exc.code)).inc()
+            code, message = exc.code, str(exc)
+            metrics.upstream_errors.labels(str(code)).inc()
             now = self.clock()
             if exc.rate_limited:
                 retry = rules.ingest_retry(attempts + 1, now)
-                await self.store.write(lambda c: ts.ingest_failed(c, aid, str(exc), retry))
+                await self.store.write(lambda c: ts.ingest_failed(c, aid, message, retry))
                 return
-            log.info("video gone at ingest", aid=aid, code=exc.code)
-            await self.store.write(lambda c: ts.store_gone_video(c, aid, exc.code, now))
+            log.info("video gone at ingest", aid=aid, code=code)
+            await self.store.write(lambda c: ts.store_gone_video(c, aid, code, now))
             return
         except UpstreamError as exc:
+            message = str(exc)
             metrics.upstream_errors.labels("network").inc()
             retry = rules.ingest_retry(attempts + 1, self.clock())
             if retry is None:
-                log.warning("ingest gave up", aid=aid, attempts=attempts + 1, error=str(exc))
-            await self.store.write(lambda c: ts.ingest_failed(c, aid, str(exc), retry))
+                log.warning("ingest gave up", aid=aid, attempts=attempts + 1, error=message)
+            await self.store.write(lambda c: ts.ingest_failed(c, aid, message, retry))
             return
         detail, now = answer.value, self.clock()
         await self.store.write(lambda c: ts.store_video(c, detail, answer.server_ms, now))
         metrics.snapshots.labels("ingest").inc()
         self.stats.ingested += 1
-        try:
+        with contextlib.suppress(trio.WouldBlock):  # if full, the 5-min sweep picks it up
             self.classify_send.send_nowait(aid)
-        except trio.WouldBlock:
-            pass  # the 5-min sweep of unlabelled videos picks it up
 
     # ---- classification -----------------------------------------------------------------------
 
@@ -288,7 +295,7 @@ class Tracker:
             )
             if added:
                 for at in rules.new_schedule_times(now):
-                    self._schedule(conn, aid, "new", at, force=True)
+                    self._schedule(conn, aid, "new", at, now, force=True)
             return added
 
         added = await self.store.write(tx)
@@ -316,7 +323,9 @@ class Tracker:
     async def claim_single(self) -> list[ts.Due]:
         """Select the single tick's due schedules and mark them processing (one transaction)."""
         now = self.clock()
-        low, high = rules.due_range(now, rules.SINGLE_LOOKBACK_MS, int(self.config.snapshot_tick * 1000))
+        low, high = rules.due_range(
+            now, rules.SINGLE_LOOKBACK_MS, int(self.config.snapshot_tick * 1000)
+        )
         types = [t for group in rules.SINGLE_TYPES_BY_PRIORITY for t in group]
 
         def tx(conn: apsw.Connection) -> list[ts.Due]:
@@ -343,18 +352,19 @@ class Tracker:
             await self._finish_retry(row, "no_proxy", str(exc), rules.single_retry_ms(type_))
             return "no_proxy"
         except BiliError as exc:
-            metrics.upstream_errors.labels(str(exc.code)).inc()
+            code = exc.code
+            metrics.upstream_errors.labels(str(code)).inc()
             if exc.rate_limited:
                 await self._finish_retry(row, "failed", str(exc), rules.single_retry_ms(type_))
                 return "failed"
             now = self.clock()
 
             def gone(conn: apsw.Connection) -> None:
-                ts.set_video_status(conn, aid, exc.code)
-                ts.finish(conn, [sid], "bili_error", now, str(exc.code))
+                ts.set_video_status(conn, aid, code)
+                ts.finish(conn, [sid], "bili_error", now, str(code))
 
             await self.store.write(gone)
-            log.info("video gone", aid=aid, code=exc.code)
+            log.info("video gone", aid=aid, code=code)
             return "bili_error"
         except UpstreamError as exc:
             metrics.upstream_errors.labels("network").inc()
@@ -375,7 +385,7 @@ class Tracker:
                     else rules.new_continuation_ms(published, at_ms, stat.views)
                 )
                 if delay is not None:
-                    self._schedule(conn, aid, "new", now + delay)
+                    self._schedule(conn, aid, "new", now + delay, now)
             elif type_ == "milestone":
                 if previous is not None and rules.milestone_achieved(previous.views, stat.views):
                     self.stats.milestones_hit += 1
@@ -392,7 +402,7 @@ class Tracker:
                 ts.upsert_eta(conn, aid, eta.table_hours, eta.speed, stat.views, now)
                 delay = rules.milestone_continuation_ms(eta.adjusted_hours)
                 if delay is not None:
-                    self._schedule(conn, aid, "milestone", now + delay)
+                    self._schedule(conn, aid, "milestone", now + delay, now)
 
         await self.store.write(complete)
         metrics.snapshots.labels(type_).inc()
@@ -408,7 +418,7 @@ class Tracker:
         def tx(conn: apsw.Connection) -> None:
             ts.finish(conn, [sid], status, now, error[:500])
             if retry_ms is not None:
-                self._schedule(conn, aid, type_, now + retry_ms)
+                self._schedule(conn, aid, type_, now + retry_ms, now)
 
         await self.store.write(tx)
 
@@ -480,7 +490,7 @@ class Tracker:
                 ts.finish(conn, [sid], "completed", now)
                 if type_ != "archive":
                     hours = ts.regular_interval_hours(conn, aid, now)
-                    self._schedule(conn, aid, "normal", now + int(hours * rules.HOUR))
+                    self._schedule(conn, aid, "normal", now + int(hours * rules.HOUR), now)
                 done.append((type_, max(at_ms - planned, 0)))
             return done
 
@@ -498,7 +508,7 @@ class Tracker:
             ts.finish(conn, [r[0] for r in group], status, now, error[:500])
             for _, aid, type_, _ in group:
                 delay = retry_ms if retry_ms is not None else rules.bulk_no_proxy_retry_ms(self.rng)
-                self._schedule(conn, aid, type_, now + delay)
+                self._schedule(conn, aid, type_, now + delay, now)
 
         await self.store.write(tx)
 
@@ -517,7 +527,9 @@ class Tracker:
     # ---- dispatchers and cleanup --------------------------------------------------------------
 
     async def _each_batch(
-        self, select: Callable[[apsw.Connection, int], list[int]], plan: Callable[[apsw.Connection, int], bool]
+        self,
+        select: Callable[[apsw.Connection, int], list[int]],
+        plan: Callable[[apsw.Connection, int], bool],
     ) -> int:
         """Page through aids (`select(conn, after_aid)`) and plan each (`plan(conn, aid)`) in
         one write transaction per batch; returns how many were planned."""
@@ -537,27 +549,29 @@ class Tracker:
         """Songs without an active normal schedule get one, after their regular interval."""
 
         def select(conn: apsw.Connection, after: int) -> list[int]:
-            return ts.without_active(conn, "normal", songs=True, after_aid=after, limit=DISPATCH_BATCH)
+            return ts.without_active(
+                conn, "normal", songs=True, after_aid=after, limit=DISPATCH_BATCH
+            )
+
+        now = self.clock()
 
         def plan(conn: apsw.Connection, aid: int) -> bool:
-            now = self.clock()
             hours = ts.regular_interval_hours(conn, aid, now)
             last = ts.latest(conn, aid)
             at = rules.regular_target_ms(last.at_ms if last else None, hours, now)
-            return self._schedule(conn, aid, "normal", at).outcome == "inserted"
+            return self._schedule(conn, aid, "normal", at, now).outcome == "inserted"
 
         return await self._each_batch(select, plan)
 
     async def dispatch_milestone(self) -> int:
         """Videos near a milestone get a milestone schedule at their (clamped) ETA."""
         aids = await self.store.read(ts.milestone_candidates)
-        planned = 0
+        planned, now = 0, self.clock()
         for start in range(0, len(aids), DISPATCH_BATCH):
             batch = aids[start : start + DISPATCH_BATCH]
 
             def tx(conn: apsw.Connection, batch: list[int] = batch) -> int:
                 count = 0
-                now = self.clock()
                 for aid in batch:
                     eta = ts.eta_of(conn, aid, now)
                     if eta is None:
@@ -568,7 +582,7 @@ class Tracker:
                     delay = rules.milestone_dispatch_delay_ms(eta.adjusted_hours)
                     if delay is None:
                         continue
-                    if self._schedule(conn, aid, "milestone", now + delay).outcome != "kept":
+                    if self._schedule(conn, aid, "milestone", now + delay, now).outcome != "kept":
                         count += 1
                 return count
 
@@ -578,15 +592,17 @@ class Tracker:
     async def dispatch_archive(self) -> int:
         """Songs get an archive snapshot next Saturday; other videos some time next week."""
         tz = self.config.timezone
-        total = 0
+        total, now = 0, self.clock()
         for songs in (True, False):
 
             def select(conn: apsw.Connection, after: int, songs: bool = songs) -> list[int]:
-                return ts.without_active(conn, "archive", songs=songs, after_aid=after, limit=DISPATCH_BATCH)
+                return ts.without_active(
+                    conn, "archive", songs=songs, after_aid=after, limit=DISPATCH_BATCH
+                )
 
             def plan(conn: apsw.Connection, aid: int, songs: bool = songs) -> bool:
-                at = rules.archive_time_ms(self.clock(), songs, tz, self.rng)
-                return self._schedule(conn, aid, "archive", at).outcome == "inserted"
+                at = rules.archive_time_ms(now, songs, tz, self.rng)
+                return self._schedule(conn, aid, "archive", at, now).outcome == "inserted"
 
             total += await self._each_batch(select, plan)
         return total
@@ -620,10 +636,13 @@ class Tracker:
         return {
             "counts": counts,
             "windows": [
-                {"start_ms": (first + i) * size, "pending": fill.get(first + i, 0),
-                 "capacity": self.config.window_capacity}
+                {
+                    "start_ms": (first + i) * size,
+                    "pending": fill.get(first + i, 0),
+                    "capacity": self.config.window_capacity,
+                }
                 for i in range(windows)
-            ],  # fmt: skip
+            ],
             "window_ms": size,
             "lag": self.stats.lag_summary(now),
         }
