@@ -9,7 +9,7 @@ import httpx
 import pytest
 import trio
 
-from daemon.clock import trio_epoch_clock
+from daemon.clock import EpochClock, trio_epoch_clock
 from daemon.store import Store
 from daemon.tracker.bilibili import NoProxyAvailable, UpstreamError
 from daemon.tracker.config import Limit, ProxyConfig
@@ -28,12 +28,13 @@ def ok_handler(seen: list[httpx.Request]) -> Handler:
     return handle
 
 
-def make(proxies: list[ProxyConfig], handler: Handler, seed: int = 1) -> NetworkDelegate:
+def make(
+    proxies: list[ProxyConfig], handler: Handler, seed: int = 1, clock: EpochClock | None = None
+) -> NetworkDelegate:
     http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    delegate = NetworkDelegate(
-        proxies, clock=trio_epoch_clock(START_MS), http=http, rng=random.Random(seed)
+    return NetworkDelegate(
+        proxies, clock=clock or trio_epoch_clock(START_MS), http=http, rng=random.Random(seed)
     )
-    return delegate
 
 
 def forget_history(delegate: NetworkDelegate) -> None:
@@ -209,21 +210,25 @@ async def test_state_survives_a_clean_restart_and_is_conservative_after_a_crash(
     store: Store,
 ) -> None:
     seen: list[httpx.Request] = []
-    first = make([ProxyConfig(name="a")], ok_handler(seen))
+
+    def frozen() -> int:
+        return START_MS
+
+    first = make([ProxyConfig(name="a")], ok_handler(seen), clock=frozen)
     await first.load_state(store)
     forget_history(first)
     for _ in range(3):
         await first.request(URL, "bulk")
     await first.save_state(store, final=True)
 
-    second = make([ProxyConfig(name="a")], ok_handler(seen))
+    second = make([ProxyConfig(name="a")], ok_handler(seen), clock=frozen)
     await second.load_state(store)
     # exactly the 2 bulk requests left of the 5/1 s burst
     assert [second._proxies["a"].limiter.try_acquire(second.clock(), bulk=True)
             for _ in range(3)] == [True, True, False]  # fmt: skip
     await second.save_state(store)  # periodic save, then a crash (no final save)
 
-    third = make([ProxyConfig(name="a")], ok_handler(seen))
+    third = make([ProxyConfig(name="a")], ok_handler(seen), clock=frozen)
     forget_history(third)
     await third.load_state(store)
     assert all(w["fill"] == 1 for w in third.status()[0]["limits"])
