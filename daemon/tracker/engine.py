@@ -34,6 +34,7 @@ from daemon.tracker.bilibili import (
     UpstreamError,
     VideoDetail,
 )
+from daemon.tracker.classifier import Classifier
 from daemon.tracker.config import TrackerConfig
 from daemon.tracker.rules import MINUTE, SECOND
 
@@ -55,18 +56,6 @@ class Client(Protocol):
     async def view_detail(self, aid: int) -> Timed[VideoDetail]: ...
     async def view_stat(self, aid: int) -> Timed[Stat]: ...
     async def bulk_stats(self, aids: Sequence[int]) -> Timed[dict[int, Stat]]: ...
-
-
-class Classification(Protocol):
-    label: int
-    probabilities: list[float]
-    model_version: str
-
-
-class Classifier(Protocol):
-    async def classify(
-        self, aid: int, title: str, description: str, tags: list[str]
-    ) -> Classification: ...
 
 
 class AlreadyTracked(Exception):
