@@ -163,6 +163,11 @@ class Tracker:
         now = self.clock()
         return await self.store.write(lambda c: self._schedule(c, aid, type_, at_ms, now, force))
 
+    async def use_window(self) -> None:
+        """Windows of the configured length from now on (recounted when it changed)."""
+        size = self.window_ms
+        await self.store.write(lambda c: ts.set_window_ms(c, size))
+
     async def prepare(self) -> int:
         """Before the ticks start: use the configured window length and turn schedules a dead
         process left processing back into pending ones (planned now). Returns how many."""

@@ -134,7 +134,7 @@ class TrackerService:
         if config.classifier_url != old.classifier_url:
             self.tracker.classifier = make_classifier(config.classifier_url, self.http)
         if config.window != old.window and self.gate.open:
-            await self.tracker.prepare()
+            await self.tracker.use_window()
         if config.enabled and not self.gate.open:
             await self.activate()
         elif not config.enabled and self.gate.open:
