@@ -39,7 +39,7 @@ from daemon.api.errors import HTTPError, JSONResponse, handle_http_error, read_j
 from daemon.api.server import serve_app
 from daemon.clock import EpochClock, wall_ms
 from daemon.net.ratelimit import Window, reserve_all
-from daemon.tracker.config import DEFAULT_LIMITS, Limit
+from daemon.tracker.config import DEFAULT_BULK_LIMITS, DEFAULT_LIMITS, Limit
 
 HOUR_MS = 3_600_000
 Endpoint = Literal["newlist", "view", "view_detail", "bulk"]
@@ -794,14 +794,31 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--publish-every", type=float, default=20.0, help="seconds; 0: never")
     parser.add_argument("--latency", default="0,0", help="min,max answer latency in ms")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--limits", choices=["default", "none"], default="default",
+        help="default: 20/1 s, 130/15 s, 2000/5 min per client address; none: no -412",
+    )  # fmt: skip
+    parser.add_argument(
+        "--bulk-limits", action="store_true", help="also 5/1 s, 40/15 s, 200/5 min on bulk"
+    )
+    parser.add_argument("--aids-out", help="write the aids of the initial videos to this file")
     args = parser.parse_args(argv)
     least, most = (int(x) for x in args.latency.split(","))
 
-    sim = BilibiliSim(seed=args.seed, latency_ms=(least, most))
+    sim = BilibiliSim(
+        seed=args.seed,
+        latency_ms=(least, most),
+        limits=None if args.limits == "default" else [],
+        bulk_limits=DEFAULT_BULK_LIMITS if args.bulk_limits else None,
+    )
     now = wall_ms()
+    aids = []
     for i in range(args.videos):
         age = int(args.hours * HOUR_MS * (args.videos - i) / max(args.videos, 1))
-        sim.add_video(published_ms=now - age, song=sim.rng.random() < 0.5)
+        aids.append(sim.add_video(published_ms=now - age, song=sim.rng.random() < 0.5))
+    if args.aids_out:
+        with open(args.aids_out, "w", encoding="utf-8") as out:
+            out.write("\n".join(map(str, aids)))
     if args.publish_every > 0:
         sim.stream(int(args.publish_every * 1000))
 

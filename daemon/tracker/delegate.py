@@ -127,6 +127,12 @@ class NetworkDelegate:
                 self._retired.append(proxy.http)
         self._proxies = fresh
 
+    def assume_idle(self) -> None:
+        """Forget the limiter history: for an upstream known to have seen no request from these
+        proxies (a fresh simulator in tests and benchmarks), every burst is available."""
+        for proxy in self._proxies.values():
+            proxy.limiter.restore(dict.fromkeys(proxy.limiter.tats, 0))
+
     def proxies_for(self, task: TaskKind) -> list[str]:
         return [name for name, p in self._proxies.items() if task in p.config.tasks]
 

@@ -76,8 +76,7 @@ async def serving(sim: BilibiliSim) -> AsyncIterator[str]:
 
 
 def fresh(delegate: NetworkDelegate) -> NetworkDelegate:
-    for proxy in delegate._proxies.values():
-        proxy.limiter.restore(dict.fromkeys(proxy.limiter.tats, 0))
+    delegate.assume_idle()
     return delegate
 
 
