@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 from starlette.applications import Starlette
@@ -17,9 +17,7 @@ from starlette.routing import Route
 from daemon import __version__
 from daemon.api.errors import HTTPError, JSONResponse, error_response, handle_http_error
 from daemon.logs import get_logger
-
-if TYPE_CHECKING:
-    from daemon.app import Daemon
+from daemon.runtime import Daemon
 
 log = get_logger("http")
 

@@ -2,7 +2,7 @@
 # and reading the queue the rows went to (RabbitMQ or the embedded queue).
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 from starlette.requests import Request
@@ -16,9 +16,7 @@ from daemon.collector.octoparse import OctoparseError
 from daemon.collector.queue import QueueUnavailable, RowQueue
 from daemon.collector.service import Collector, CollectorNotRunning, UnknownAccount, UnknownTask
 from daemon.config import WebhookSpec, check_webhook_url
-
-if TYPE_CHECKING:
-    from daemon.app import Daemon
+from daemon.runtime import Daemon
 
 
 class StartRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

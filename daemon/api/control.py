@@ -2,17 +2,17 @@
 # what the process is doing, and Prometheus metrics.
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import os
+import time
+from typing import Any
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from daemon import metrics
+from daemon import __version__, metrics
 from daemon.api.app import ApiRoute, json
-
-if TYPE_CHECKING:
-    from daemon.app import Daemon
+from daemon.runtime import Daemon, ReloadResult
 
 
 class Health(msgspec.Struct):
@@ -24,12 +24,6 @@ class ComponentStatus(msgspec.Struct):
     state: str
     restarts: int
     last_error: str | None
-
-
-class ReloadResult(msgspec.Struct):
-    ok: bool
-    at_ms: int
-    message: str
 
 
 class ConfigStatus(msgspec.Struct):
@@ -59,6 +53,43 @@ class Status(msgspec.Struct, omit_defaults=True):
     collector: dict[str, Any] | None = None
     webhooks: dict[str, Any] | None = None
     tracker: dict[str, Any] | None = None
+    crawl: dict[str, Any] | None = None
+
+
+async def build_status(daemon: Daemon) -> Status:
+    store = None
+    if daemon.store is not None:
+        s = daemon.store.stats
+        store = StoreStatus(
+            path=str(daemon.store.path),
+            schema_version=daemon.store.schema_version,
+            transactions=s.transactions,
+            write_jobs=s.write_jobs,
+            write_errors=s.write_errors,
+            largest_group=s.largest_group,
+        )
+    sections = {name: await fn() for name, fn in daemon.status_sections.items()}
+    return Status(
+        state=daemon.state,
+        version=__version__,
+        pid=os.getpid(),
+        uptime_s=round(time.monotonic() - daemon.started_monotonic, 3),
+        config=ConfigStatus(
+            source=daemon.config.source,
+            generation=daemon.generation,
+            last_reload=daemon.last_reload,
+        ),
+        components=[
+            ComponentStatus(c.name, c.state, c.restarts, c.last_error)
+            for c in daemon.component_states.values()
+        ],
+        store=store,
+        **sections,
+    )
+
+
+def install(daemon: Daemon) -> None:
+    daemon.routes.extend(routes(daemon))
 
 
 def routes(daemon: Daemon) -> list[ApiRoute]:
@@ -67,7 +98,7 @@ def routes(daemon: Daemon) -> list[ApiRoute]:
         return json(Health(status="ok" if ok else daemon.state), 200 if ok else 503)
 
     async def status(request: Request) -> Response:
-        return json(await daemon.status())
+        return json(await build_status(daemon))
 
     async def metrics_text(request: Request) -> Response:
         for refresh in daemon.metric_refreshers:
