@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 import bisect
 import collections
-import functools
 import math
 import random
-import sys
 from collections.abc import Mapping
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
@@ -36,8 +34,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from daemon.api.errors import HTTPError, JSONResponse, handle_http_error, read_json_body
-from daemon.api.server import serve_app
 from daemon.clock import EpochClock, wall_ms
+from daemon.fakes.serving import run_standalone, serve_fake
 from daemon.net.ratelimit import Window, reserve_all
 from daemon.tracker.config import DEFAULT_BULK_LIMITS, DEFAULT_LIMITS, Limit
 
@@ -774,14 +772,7 @@ async def serve_sim(
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve `sim` on `bind` until `shutdown` is set; started() gets the bound (host, port)."""
-    await serve_app(
-        sim.app,
-        bind,
-        shutdown=shutdown,
-        graceful_timeout=1.0,
-        name="sim.bilibili",
-        task_status=task_status,
-    )
+    await serve_fake(sim.app, bind, "sim.bilibili", shutdown=shutdown, task_status=task_status)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -822,22 +813,18 @@ def main(argv: list[str] | None = None) -> None:
     if args.publish_every > 0:
         sim.stream(int(args.publish_every * 1000))
 
-    async def run() -> None:
-        async with trio.open_nursery() as nursery:
-            host, port = await nursery.start(functools.partial(serve_sim, sim, args.bind))
-            print(
-                f"Bilibili simulator on http://{host}:{port}\n"
-                f"  {args.videos} videos over {args.hours} h, one more every "
-                f"{args.publish_every} s; latency {least}-{most} ms\n"
-                f"  try: curl 'http://{host}:{port}/x/web-interface/newlist?rid=30&ps=10&pn=1'\n"
-                f'  controls: GET /_sim/stats, POST /_sim/publish {{"count": 5}}',
-                flush=True,
-            )
-
-    try:
-        trio.run(run)
-    except KeyboardInterrupt:
-        sys.exit(0)
+    run_standalone(
+        sim.app,
+        args.bind,
+        "sim.bilibili",
+        lambda host, port: (
+            f"Bilibili simulator on http://{host}:{port}\n"
+            f"  {args.videos} videos over {args.hours} h, one more every "
+            f"{args.publish_every} s; latency {least}-{most} ms\n"
+            f"  try: curl 'http://{host}:{port}/x/web-interface/newlist?rid=30&ps=10&pn=1'\n"
+            f'  controls: GET /_sim/stats, POST /_sim/publish {{"count": 5}}'
+        ),
+    )
 
 
 if __name__ == "__main__":
