@@ -12,16 +12,17 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import apsw
 import trio
 
-from daemon.clock import EpochClock
+from daemon.clock import EpochClock, sleep_until_ms
 from daemon.logs import get_logger
 from daemon.store import Store
 from daemon.tracker import metrics, rules
@@ -34,10 +35,12 @@ from daemon.tracker.bilibili import (
     UpstreamError,
     VideoDetail,
 )
+from daemon.tracker.classifier import Classifier
 from daemon.tracker.config import TrackerConfig
 from daemon.tracker.rules import MINUTE, SECOND
 
 log = get_logger("tracker")
+T = TypeVar("T")
 
 DISCOVERY_PAGE_SIZE = 30
 DISCOVERY_MAX_PAGES = 100
@@ -46,6 +49,8 @@ DISPATCH_BATCH = 500
 LAG_WINDOW_MS = 15 * MINUTE
 BULK_CONCURRENCY = 4
 NO_PROXY_INGEST_RETRY_MS = 5 * SECOND
+ROOM_WAIT_MAX_MS = 5 * SECOND
+"""Discovery and ingest wait this long at most for a proxy to have room before giving up."""
 
 
 class Client(Protocol):
@@ -55,18 +60,6 @@ class Client(Protocol):
     async def view_detail(self, aid: int) -> Timed[VideoDetail]: ...
     async def view_stat(self, aid: int) -> Timed[Stat]: ...
     async def bulk_stats(self, aids: Sequence[int]) -> Timed[dict[int, Stat]]: ...
-
-
-class Classification(Protocol):
-    label: int
-    probabilities: list[float]
-    model_version: str
-
-
-class Classifier(Protocol):
-    async def classify(
-        self, aid: int, title: str, description: str, tags: list[str]
-    ) -> Classification: ...
 
 
 class AlreadyTracked(Exception):
@@ -183,6 +176,19 @@ class Tracker:
             log.warning("schedules left processing by a stopped process run again", count=recovered)
         return recovered
 
+    async def _when_room(self, call: Callable[[], Awaitable[T]]) -> T:
+        """`call()`; when every proxy is limited but one has room within a few seconds, wait
+        for it and call again (discovery and ingest are not time-critical; the ticks, whose
+        retries the spec fixes, do not wait)."""
+        for _ in range(3):
+            try:
+                return await call()
+            except NoProxyAvailable as exc:
+                if exc.retry_in_ms is None or exc.retry_in_ms > ROOM_WAIT_MAX_MS:
+                    raise
+                await sleep_until_ms(self.clock, self.clock() + exc.retry_in_ms)
+        return await call()
+
     # ---- discovery and ingest ---------------------------------------------------------------
 
     async def discovery_pass(self) -> int:
@@ -192,7 +198,9 @@ class Tracker:
         self.stats.discovery_error = None
         try:
             while page <= DISCOVERY_MAX_PAGES:
-                answer = await self.client.newlist(pn=page, ps=DISCOVERY_PAGE_SIZE)
+                answer = await self._when_room(
+                    functools.partial(self.client.newlist, pn=page, ps=DISCOVERY_PAGE_SIZE)
+                )
                 aids = answer.value
                 now = self.clock()
                 queued = await self.store.write(
@@ -242,7 +250,7 @@ class Tracker:
 
     async def ingest_one(self, aid: int, attempts: int) -> None:
         try:
-            answer = await self.client.view_detail(aid)
+            answer = await self._when_room(functools.partial(self.client.view_detail, aid))
         except NoProxyAvailable as exc:
             metrics.no_proxy.labels(exc.task).inc()
             at = self.clock() + NO_PROXY_INGEST_RETRY_MS

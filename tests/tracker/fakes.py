@@ -16,6 +16,7 @@ from daemon.tracker.bilibili import (
     UpstreamError,
     VideoDetail,
 )
+from daemon.tracker.classifier import Classification
 
 
 def stat(views: int) -> Stat:
@@ -89,13 +90,6 @@ class FakeClient:
         return Timed(found, timed.server_ms, "direct")
 
 
-@dataclass
-class Label:
-    label: int
-    probabilities: list[float]
-    model_version: str
-
-
 class ClassifierDown(Exception):
     pass
 
@@ -105,12 +99,16 @@ class FakeClassifier:
         self.down = False
         self.calls = 0
 
-    async def classify(self, aid: int, title: str, description: str, tags: list[str]) -> Label:
+    async def classify(
+        self, aid: int, title: str, description: str, tags: list[str]
+    ) -> Classification:
         self.calls += 1
         if self.down:
             raise ClassifierDown("down")
         song = "song" in title
-        return Label(1 if song else 0, [0.1, 0.9, 0.0] if song else [0.9, 0.1, 0.0], "fake-1")
+        return Classification(
+            1 if song else 0, [0.1, 0.9, 0.0] if song else [0.9, 0.1, 0.0], "fake-1"
+        )
 
 
 __all__ = ["NoProxyAvailable", "UpstreamError"]
