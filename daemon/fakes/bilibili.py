@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 import bisect
 import collections
-import functools
 import math
 import random
-import sys
 from collections.abc import Mapping
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
@@ -36,10 +34,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from daemon.api.errors import HTTPError, JSONResponse, handle_http_error, read_json_body
-from daemon.api.server import serve_app
 from daemon.clock import EpochClock, wall_ms
+from daemon.fakes.serving import run_standalone, serve_fake
 from daemon.net.ratelimit import Window, reserve_all
-from daemon.tracker.config import DEFAULT_LIMITS, Limit
+from daemon.tracker.config import DEFAULT_BULK_LIMITS, DEFAULT_LIMITS, Limit
 
 HOUR_MS = 3_600_000
 Endpoint = Literal["newlist", "view", "view_detail", "bulk"]
@@ -774,14 +772,7 @@ async def serve_sim(
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve `sim` on `bind` until `shutdown` is set; started() gets the bound (host, port)."""
-    await serve_app(
-        sim.app,
-        bind,
-        shutdown=shutdown,
-        graceful_timeout=1.0,
-        name="sim.bilibili",
-        task_status=task_status,
-    )
+    await serve_fake(sim.app, bind, "sim.bilibili", shutdown=shutdown, task_status=task_status)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -794,33 +785,46 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--publish-every", type=float, default=20.0, help="seconds; 0: never")
     parser.add_argument("--latency", default="0,0", help="min,max answer latency in ms")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--limits", choices=["default", "none"], default="default",
+        help="default: 20/1 s, 130/15 s, 2000/5 min per client address; none: no -412",
+    )  # fmt: skip
+    parser.add_argument(
+        "--bulk-limits", action="store_true", help="also 5/1 s, 40/15 s, 200/5 min on bulk"
+    )
+    parser.add_argument("--aids-out", help="write the aids of the initial videos to this file")
     args = parser.parse_args(argv)
     least, most = (int(x) for x in args.latency.split(","))
 
-    sim = BilibiliSim(seed=args.seed, latency_ms=(least, most))
+    sim = BilibiliSim(
+        seed=args.seed,
+        latency_ms=(least, most),
+        limits=None if args.limits == "default" else [],
+        bulk_limits=DEFAULT_BULK_LIMITS if args.bulk_limits else None,
+    )
     now = wall_ms()
+    aids = []
     for i in range(args.videos):
         age = int(args.hours * HOUR_MS * (args.videos - i) / max(args.videos, 1))
-        sim.add_video(published_ms=now - age, song=sim.rng.random() < 0.5)
+        aids.append(sim.add_video(published_ms=now - age, song=sim.rng.random() < 0.5))
+    if args.aids_out:
+        with open(args.aids_out, "w", encoding="utf-8") as out:
+            out.write("\n".join(map(str, aids)))
     if args.publish_every > 0:
         sim.stream(int(args.publish_every * 1000))
 
-    async def run() -> None:
-        async with trio.open_nursery() as nursery:
-            host, port = await nursery.start(functools.partial(serve_sim, sim, args.bind))
-            print(
-                f"Bilibili simulator on http://{host}:{port}\n"
-                f"  {args.videos} videos over {args.hours} h, one more every "
-                f"{args.publish_every} s; latency {least}-{most} ms\n"
-                f"  try: curl 'http://{host}:{port}/x/web-interface/newlist?rid=30&ps=10&pn=1'\n"
-                f'  controls: GET /_sim/stats, POST /_sim/publish {{"count": 5}}',
-                flush=True,
-            )
-
-    try:
-        trio.run(run)
-    except KeyboardInterrupt:
-        sys.exit(0)
+    run_standalone(
+        sim.app,
+        args.bind,
+        "sim.bilibili",
+        lambda host, port: (
+            f"Bilibili simulator on http://{host}:{port}\n"
+            f"  {args.videos} videos over {args.hours} h, one more every "
+            f"{args.publish_every} s; latency {least}-{most} ms\n"
+            f"  try: curl 'http://{host}:{port}/x/web-interface/newlist?rid=30&ps=10&pn=1'\n"
+            f'  controls: GET /_sim/stats, POST /_sim/publish {{"count": 5}}'
+        ),
+    )
 
 
 if __name__ == "__main__":

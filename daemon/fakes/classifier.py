@@ -7,8 +7,6 @@
 from __future__ import annotations
 
 import argparse
-import functools
-import sys
 from typing import Any
 
 import msgspec
@@ -19,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from daemon.api.errors import HTTPError, JSONResponse, handle_http_error, read_json_body
-from daemon.api.server import serve_app
+from daemon.fakes.serving import run_standalone, serve_fake
 from daemon.tracker.classifier import classify_by_rules
 
 
@@ -97,13 +95,8 @@ async def serve_classifier(
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve `service` on `bind` until `shutdown` is set; started() gets the bound (host, port)."""
-    await serve_app(
-        service.app,
-        bind,
-        shutdown=shutdown,
-        graceful_timeout=1.0,
-        name="sim.classifier",
-        task_status=task_status,
+    await serve_fake(
+        service.app, bind, "sim.classifier", shutdown=shutdown, task_status=task_status
     )
 
 
@@ -116,17 +109,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     service = ClassifierService()
 
-    async def run() -> None:
-        async with trio.open_nursery() as nursery:
-            host, port = await nursery.start(
-                functools.partial(serve_classifier, service, args.bind)
-            )
-            print(f"classifier service on http://{host}:{port} (POST /classify, GET /health)")
-
-    try:
-        trio.run(run)
-    except KeyboardInterrupt:
-        sys.exit(0)
+    run_standalone(
+        service.app,
+        args.bind,
+        "sim.classifier",
+        lambda host, port: (
+            f"classifier service on http://{host}:{port} (POST /classify, GET /health)"
+        ),
+    )
 
 
 if __name__ == "__main__":

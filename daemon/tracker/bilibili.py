@@ -15,7 +15,7 @@
 # types name background music or events, not the video, and are left out.
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -125,6 +125,9 @@ class Fetcher(Protocol):
     """What the client needs from the network delegate."""
 
     async def request(self, url: str, task: TaskKind) -> Timed[bytes]: ...
+
+    def penalize(self, proxy: str) -> None:
+        """Bilibili refused a request through `proxy` for its rate (-412)."""
 
 
 # ---- wire shapes (only the fields we read) ----------------------------------------------------
@@ -363,25 +366,34 @@ class BiliClient:
                 raise BiliError(*found) from exc
             raise
 
+    async def _call(self, path: str, task: TaskKind, parse: Callable[[bytes], T]) -> Timed[T]:
+        got = await self._get(path, task)
+        try:
+            value = parse(got.value)
+        except BiliError as exc:
+            if exc.rate_limited:  # -412 in an HTTP 200 answer: the proxy went too fast
+                self.delegate.penalize(got.proxy)
+            raise
+        return Timed(value, got.server_ms, got.proxy)
+
     async def newlist(self, pn: int, ps: int, rid: int = 30) -> Timed[list[int]]:
         """Aids of page `pn` (1-based, `ps` per page) of the zone's newest videos."""
-        got = await self._get(f"/x/web-interface/newlist?rid={rid}&ps={ps}&pn={pn}", "discovery")
-        return Timed(parse_newlist(got.value), got.server_ms, got.proxy)
+        path = f"/x/web-interface/newlist?rid={rid}&ps={ps}&pn={pn}"
+        return await self._call(path, "discovery", parse_newlist)
 
     async def view_detail(self, aid: int) -> Timed[VideoDetail]:
-        got = await self._get(f"/x/web-interface/view/detail?aid={int(aid)}", "ingest")
-        return Timed(parse_view_detail(got.value), got.server_ms, got.proxy)
+        path = f"/x/web-interface/view/detail?aid={int(aid)}"
+        return await self._call(path, "ingest", parse_view_detail)
 
     async def view_stat(self, aid: int) -> Timed[Stat]:
-        got = await self._get(f"/x/web-interface/view?aid={int(aid)}", "snapshot")
-        return Timed(parse_view_stat(got.value), got.server_ms, got.proxy)
+        return await self._call(
+            f"/x/web-interface/view?aid={int(aid)}", "snapshot", parse_view_stat
+        )
 
     async def bulk_stats(self, aids: Sequence[int]) -> Timed[dict[int, Stat]]:
         """Stats of up to 50 videos in one request; videos missing from the answer are absent."""
-        resources = bulk_resources(aids)
-        got = await self._get(
-            f"/medialist/gateway/base/resource/infos?resources={resources}", "bulk"
-        )
+        path = f"/medialist/gateway/base/resource/infos?resources={bulk_resources(aids)}"
+        got = await self._call(path, "bulk", parse_bulk)
         wanted = set(aids)
-        stats = {aid: stat for aid, stat in parse_bulk(got.value).items() if aid in wanted}
+        stats = {aid: stat for aid, stat in got.value.items() if aid in wanted}
         return Timed(stats, got.server_ms, got.proxy)

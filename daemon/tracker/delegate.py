@@ -127,6 +127,20 @@ class NetworkDelegate:
                 self._retired.append(proxy.http)
         self._proxies = fresh
 
+    def assume_idle(self) -> None:
+        """Forget the limiter history: for an upstream known to have seen no request from these
+        proxies (a fresh simulator in tests and benchmarks), every burst is available."""
+        for proxy in self._proxies.values():
+            proxy.limiter.restore(dict.fromkeys(proxy.limiter.tats, 0))
+
+    def penalize(self, proxy: str) -> None:
+        """Bilibili refused a request through `proxy` for its rate (-412): count its windows as
+        spent now, so the next requests take another proxy or wait."""
+        found = self._proxies.get(proxy)
+        if found is not None:
+            found.refused += 1
+            found.limiter.exhaust(self.clock())
+
     def proxies_for(self, task: TaskKind) -> list[str]:
         return [name for name, p in self._proxies.items() if task in p.config.tasks]
 
@@ -193,8 +207,7 @@ class NetworkDelegate:
             raise
         if status != 200:
             if status == 412:
-                proxy.refused += 1
-                proxy.limiter.exhaust(self.clock())
+                self.penalize(name)
             self._failed(proxy, f"HTTP {status}")
             raise UpstreamError(
                 f"HTTP {status} through {name} for {redact_url(url)}",

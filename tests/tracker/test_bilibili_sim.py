@@ -76,8 +76,7 @@ async def serving(sim: BilibiliSim) -> AsyncIterator[str]:
 
 
 def fresh(delegate: NetworkDelegate) -> NetworkDelegate:
-    for proxy in delegate._proxies.values():
-        proxy.limiter.restore(dict.fromkeys(proxy.limiter.tats, 0))
+    delegate.assume_idle()
     return delegate
 
 
@@ -372,3 +371,21 @@ async def test_sim_controls_over_http(autojump_clock: trio.testing.MockClock) ->
         stats = (await http.get("/_sim/stats")).json()
         assert stats["videos"] == 4 and stats["gone"] == 1
         assert stats["requests"] == {"view": 1, "bulk": 1}
+
+
+async def test_412_in_a_200_answer_also_holds_the_proxy_back(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    clock = trio_epoch_clock(START_MS)
+    sim = BilibiliSim(clock)
+    (aid,) = sim.publish(1)
+    sim.inject("view", -412)
+    async with client_for(sim, clock) as (client, delegate, _):
+        with pytest.raises(BiliError) as caught:
+            await client.view_stat(aid)
+        assert caught.value.rate_limited
+        assert delegate.status()[0]["refused_412"] == 1
+        with pytest.raises(NoProxyAvailable):
+            await client.view_stat(aid)
+        await trio.sleep(1)
+        assert (await client.view_stat(aid)).value.views == 0

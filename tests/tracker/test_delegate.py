@@ -37,12 +37,6 @@ def make(
     )
 
 
-def forget_history(delegate: NetworkDelegate) -> None:
-    """Pretend every window has been idle (a fresh proxy with a known-empty past)."""
-    for proxy in delegate._proxies.values():
-        proxy.limiter.restore(dict.fromkeys(proxy.limiter.tats, 0))
-
-
 def relay(name: str) -> ProxyConfig:
     return ProxyConfig(name=name, kind="relay", url=f"http://relay.invalid/{name}")
 
@@ -50,7 +44,7 @@ def relay(name: str) -> ProxyConfig:
 async def test_requests_spread_over_proxies_and_skip_limited_ones() -> None:
     seen: list[httpx.Request] = []
     delegate = make([ProxyConfig(name="a"), ProxyConfig(name="b")], ok_handler(seen))
-    forget_history(delegate)
+    delegate.assume_idle()
     used = Counter([(await delegate.request(URL, "snapshot")).proxy for _ in range(10)])
     assert set(used) == {"a", "b"} and sum(used.values()) == 10
     delegate._proxies["a"].limiter.exhaust(delegate.clock())
@@ -62,7 +56,7 @@ async def test_requests_spread_over_proxies_and_skip_limited_ones() -> None:
 async def test_no_proxy_only_when_every_proxy_is_limited() -> None:
     seen: list[httpx.Request] = []
     delegate = make([ProxyConfig(name="a"), ProxyConfig(name="b")], ok_handler(seen))
-    forget_history(delegate)
+    delegate.assume_idle()
     for _ in range(40):  # 20 + 20: both bursts
         await delegate.request(URL, "snapshot")
     with pytest.raises(NoProxyAvailable) as caught:
@@ -78,7 +72,7 @@ async def test_only_the_task_kinds_proxies_are_used() -> None:
         [ProxyConfig(name="a", tasks=["bulk"]), ProxyConfig(name="b", tasks=["snapshot"])],
         ok_handler(seen),
     )
-    forget_history(delegate)
+    delegate.assume_idle()
     assert {(await delegate.request(URL, "bulk")).proxy for _ in range(5)} == {"a"}
     with pytest.raises(NoProxyAvailable):
         await delegate.request(URL, "bulk")  # b has room but is not a bulk proxy
@@ -89,7 +83,7 @@ async def test_only_the_task_kinds_proxies_are_used() -> None:
 async def test_waiting_for_room_instead_of_raising(autojump_clock: trio.testing.MockClock) -> None:
     seen: list[httpx.Request] = []
     delegate = make([ProxyConfig(name="a")], ok_handler(seen))
-    forget_history(delegate)
+    delegate.assume_idle()
     start = trio.current_time()
     for _ in range(10):
         await delegate.request(URL, "bulk", wait=5.0)
@@ -107,7 +101,7 @@ async def test_http_errors_propagate_without_trying_another_proxy(status: int) -
         return httpx.Response(status, content=b'{"code":-412,"message":"x"}')
 
     delegate = make([ProxyConfig(name="a"), ProxyConfig(name="b")], handle)
-    forget_history(delegate)
+    delegate.assume_idle()
     with pytest.raises(UpstreamError) as caught:
         await delegate.request(URL, "snapshot")
     assert caught.value.status == status
@@ -124,7 +118,7 @@ async def test_network_error_is_upstream_error_with_redacted_url() -> None:
         raise httpx.ConnectError("refused", request=request)
 
     delegate = make([ProxyConfig(name="a")], handle)
-    forget_history(delegate)
+    delegate.assume_idle()
     with pytest.raises(UpstreamError) as caught:
         await delegate.request(URL, "snapshot")
     assert "aid=***" in str(caught.value)
@@ -137,7 +131,7 @@ async def test_server_time_is_the_midpoint(autojump_clock: trio.testing.MockCloc
         return httpx.Response(200, content=b"{}")
 
     delegate = make([ProxyConfig(name="a")], handle)
-    forget_history(delegate)
+    delegate.assume_idle()
     before = delegate.clock()
     got = await delegate.request(URL, "snapshot")
     assert got.server_ms == pytest.approx(before + 200, abs=2)
@@ -160,7 +154,7 @@ async def test_relay_answers() -> None:
 
     for name, error in (("ok", None), ("bad", 503), ("broken", None)):
         delegate = make([relay(name)], handle)
-        forget_history(delegate)
+        delegate.assume_idle()
         if name == "ok":
             got = await delegate.request(URL, "snapshot")
             assert (got.value, got.server_ms, got.proxy) == (b'{"code":0}', 1234, "ok")
@@ -190,7 +184,7 @@ async def test_proxy_clients_and_status_redact_credentials() -> None:
 async def test_apply_keeps_unchanged_windows() -> None:
     seen: list[httpx.Request] = []
     delegate = make([ProxyConfig(name="a"), ProxyConfig(name="b")], ok_handler(seen))
-    forget_history(delegate)
+    delegate.assume_idle()
     a_state = dict(delegate._proxies["a"].limiter.tats)
     delegate.apply(
         [
@@ -216,7 +210,7 @@ async def test_state_survives_a_clean_restart_and_is_conservative_after_a_crash(
 
     first = make([ProxyConfig(name="a")], ok_handler(seen), clock=frozen)
     await first.load_state(store)
-    forget_history(first)
+    first.assume_idle()
     for _ in range(3):
         await first.request(URL, "bulk")
     await first.save_state(store, final=True)
@@ -229,7 +223,7 @@ async def test_state_survives_a_clean_restart_and_is_conservative_after_a_crash(
     await second.save_state(store)  # periodic save, then a crash (no final save)
 
     third = make([ProxyConfig(name="a")], ok_handler(seen), clock=frozen)
-    forget_history(third)
+    third.assume_idle()
     await third.load_state(store)
     assert all(w["fill"] == 1 for w in third.status()[0]["limits"])
     assert not third._proxies["a"].limiter.try_acquire(third.clock(), bulk=False)
