@@ -350,9 +350,7 @@ class Tracker:
             picked = rules.pick_single(due, busy)
             return ts.claim(conn, [r[0] for r in picked], now)
 
-        claimed = await self.store.write(tx)
-        order = {r[0]: i for i, r in enumerate(claimed)}
-        return sorted(claimed, key=lambda r: order[r[0]])
+        return await self.store.write(tx)
 
     async def run_single(self, row: ts.Due) -> str:
         """Take one claimed schedule's snapshot through /view; returns its final status."""

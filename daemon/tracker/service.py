@@ -26,7 +26,7 @@ from daemon.tracker.bilibili import BiliClient
 from daemon.tracker.classifier import ClassifierUnavailable, make_classifier
 from daemon.tracker.config import TrackerConfig
 from daemon.tracker.delegate import NetworkDelegate
-from daemon.tracker.engine import Tracker
+from daemon.tracker.engine import BULK_CONCURRENCY, Tracker
 from daemon.tracker.rules import HOUR, MINUTE, SECOND
 
 log = get_logger("tracker")
@@ -205,7 +205,7 @@ class TrackerService:
             await self._every("snapshot_tick", lambda: int(self.config.snapshot_tick * 1000), tick)
 
     async def run_bulk_tick(self) -> None:
-        limiter = trio.CapacityLimiter(4)
+        limiter = trio.CapacityLimiter(BULK_CONCURRENCY)
         async with trio.open_nursery() as nursery:
 
             async def tick() -> None:
