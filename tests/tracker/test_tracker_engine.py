@@ -51,7 +51,7 @@ class Env:
 
 
 @pytest.fixture
-async def env(store: Store) -> AsyncIterator[Env]:
+async def env(inline_store: None, store: Store) -> AsyncIterator[Env]:
     env = Env(store)
     await env.tracker.prepare()  # 10 s windows: throttled rows land within a bulk tick
     yield env
