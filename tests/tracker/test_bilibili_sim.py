@@ -389,3 +389,29 @@ async def test_412_in_a_200_answer_also_holds_the_proxy_back(
             await client.view_stat(aid)
         await trio.sleep(1)
         assert (await client.view_stat(aid)).value.views == 0
+
+
+async def test_newlist_paging_and_bad_parameters(autojump_clock: trio.testing.MockClock) -> None:
+    clock = trio_epoch_clock(START_MS)
+    sim = BilibiliSim(clock)
+    aids = [sim.add_video(published_ms=START_MS - (100 - i) * 1000) for i in range(95)]
+    sim.delete(aids[-1], 62002)
+    async with serving(sim) as base, httpx.AsyncClient(base_url=base) as http:
+
+        async def page(**params: object) -> dict[str, object]:
+            answer = await http.get("/x/web-interface/newlist", params=params)
+            result: dict[str, object] = answer.json()
+            return result
+
+        seen = []
+        for pn in range(1, 5):
+            data = (await page(rid=30, ps=30, pn=pn))["data"]
+            seen += [a["aid"] for a in data["archives"]]  # type: ignore[index]
+        assert seen == list(reversed(aids[:-1]))  # newest first, the hidden one left out
+        assert (await page(rid=31, ps=30, pn=1))["data"] == {
+            "archives": [], "page": {"count": 0, "num": 1, "size": 0}
+        }  # fmt: skip
+        for bad in ({"ps": 0}, {"ps": 51}, {"pn": 0}, {"pn": "x"}):
+            assert (await page(rid=30, **bad))["code"] == -400
+        assert (await http.get("/x/web-interface/view")).json()["code"] == -400
+        assert (await http.get("/x/web-interface/nope")).status_code == 404
