@@ -51,6 +51,8 @@ BULK_CONCURRENCY = 4
 NO_PROXY_INGEST_RETRY_MS = 5 * SECOND
 ROOM_WAIT_MAX_MS = 5 * SECOND
 """Discovery and ingest wait this long at most for a proxy to have room before giving up."""
+TICK_ROOM_WAIT_MAX_MS = SECOND
+"""The ticks wait this long at most (then the spec's no_proxy retry delays apply)."""
 
 
 class Client(Protocol):
@@ -161,6 +163,11 @@ class Tracker:
         now = self.clock()
         return await self.store.write(lambda c: self._schedule(c, aid, type_, at_ms, now, force))
 
+    async def use_window(self) -> None:
+        """Windows of the configured length from now on (recounted when it changed)."""
+        size = self.window_ms
+        await self.store.write(lambda c: ts.set_window_ms(c, size))
+
     async def prepare(self) -> int:
         """Before the ticks start: use the configured window length and turn schedules a dead
         process left processing back into pending ones (planned now). Returns how many."""
@@ -176,18 +183,19 @@ class Tracker:
             log.warning("schedules left processing by a stopped process run again", count=recovered)
         return recovered
 
-    async def _when_room(self, call: Callable[[], Awaitable[T]]) -> T:
-        """`call()`; when every proxy is limited but one has room within a few seconds, wait
-        for it and call again (discovery and ingest are not time-critical; the ticks, whose
-        retries the spec fixes, do not wait)."""
-        for _ in range(3):
+    async def _when_room(
+        self, call: Callable[[], Awaitable[T]], max_wait_ms: int = ROOM_WAIT_MAX_MS
+    ) -> T:
+        """`call()`; while every proxy is limited but one has room within `max_wait_ms` of the
+        first try, wait for it and call again (a short wait beats a no_proxy retry later)."""
+        deadline = self.clock() + max_wait_ms
+        while True:
             try:
                 return await call()
             except NoProxyAvailable as exc:
-                if exc.retry_in_ms is None or exc.retry_in_ms > ROOM_WAIT_MAX_MS:
+                if exc.retry_in_ms is None or self.clock() + exc.retry_in_ms > deadline:
                     raise
-                await sleep_until_ms(self.clock, self.clock() + exc.retry_in_ms)
-        return await call()
+                await sleep_until_ms(self.clock, self.clock() + max(exc.retry_in_ms, 1))
 
     # ---- discovery and ingest ---------------------------------------------------------------
 
@@ -342,9 +350,7 @@ class Tracker:
             picked = rules.pick_single(due, busy)
             return ts.claim(conn, [r[0] for r in picked], now)
 
-        claimed = await self.store.write(tx)
-        order = {r[0]: i for i, r in enumerate(claimed)}
-        return sorted(claimed, key=lambda r: order[r[0]])
+        return await self.store.write(tx)
 
     async def run_single(self, row: ts.Due) -> str:
         """Take one claimed schedule's snapshot through /view; returns its final status."""
@@ -354,7 +360,9 @@ class Tracker:
             await self._finish_retry(row, "bili_error", f"video status {status}", None)
             return "bili_error"
         try:
-            answer = await self.client.view_stat(aid)
+            answer = await self._when_room(
+                functools.partial(self.client.view_stat, aid), TICK_ROOM_WAIT_MAX_MS
+            )
         except NoProxyAvailable as exc:
             metrics.no_proxy.labels(exc.task).inc()
             await self._finish_retry(row, "no_proxy", str(exc), rules.single_retry_ms(type_))
@@ -469,7 +477,9 @@ class Tracker:
         """One bulk request for a group of claimed schedules; returns the group's outcome."""
         aids = list(dict.fromkeys(r[1] for r in group))
         try:
-            answer = await self.client.bulk_stats(aids)
+            answer = await self._when_room(
+                functools.partial(self.client.bulk_stats, aids), TICK_ROOM_WAIT_MAX_MS
+            )
         except NoProxyAvailable as exc:
             metrics.no_proxy.labels(exc.task).inc()
             await self._bulk_failed(group, "no_proxy", str(exc), None)

@@ -26,7 +26,7 @@ from daemon.tracker.bilibili import BiliClient
 from daemon.tracker.classifier import ClassifierUnavailable, make_classifier
 from daemon.tracker.config import TrackerConfig
 from daemon.tracker.delegate import NetworkDelegate
-from daemon.tracker.engine import Tracker
+from daemon.tracker.engine import BULK_CONCURRENCY, Tracker
 from daemon.tracker.rules import HOUR, MINUTE, SECOND
 
 log = get_logger("tracker")
@@ -134,7 +134,7 @@ class TrackerService:
         if config.classifier_url != old.classifier_url:
             self.tracker.classifier = make_classifier(config.classifier_url, self.http)
         if config.window != old.window and self.gate.open:
-            await self.tracker.prepare()
+            await self.tracker.use_window()
         if config.enabled and not self.gate.open:
             await self.activate()
         elif not config.enabled and self.gate.open:
@@ -205,7 +205,7 @@ class TrackerService:
             await self._every("snapshot_tick", lambda: int(self.config.snapshot_tick * 1000), tick)
 
     async def run_bulk_tick(self) -> None:
-        limiter = trio.CapacityLimiter(4)
+        limiter = trio.CapacityLimiter(BULK_CONCURRENCY)
         async with trio.open_nursery() as nursery:
 
             async def tick() -> None:

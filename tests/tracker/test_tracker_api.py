@@ -28,7 +28,8 @@ auto_start = false
 enabled = {enabled}
 base_url = "{base}"
 discovery_interval = "{discovery}"
-"""
+window = "{window}"
+{extra}"""
 
 
 @dataclass
@@ -44,8 +45,13 @@ class Running:
         host, port = self.daemon.http_address
         return f"http://{host}:{port}{path}"
 
-    def write(self, enabled: bool = True, discovery: str = "1m") -> None:
-        text = TEMPLATE.format(enabled=str(enabled).lower(), base=self.base, discovery=discovery)
+    def write(
+        self, enabled: bool = True, discovery: str = "1m", window: str = "5m", extra: str = ""
+    ) -> None:
+        text = TEMPLATE.format(
+            enabled=str(enabled).lower(), base=self.base, discovery=discovery, window=window,
+            extra=extra,
+        )  # fmt: skip
         self.path.write_text(text)
 
     async def get(self, path: str, **params: Any) -> httpx.Response:
@@ -125,9 +131,12 @@ async def test_track_a_video_and_read_it(running: Running) -> None:
     assert schedules["counts"]["new"]["pending"] >= 4
     assert len(schedules["windows"]) == 12 and schedules["windows"][0]["capacity"] == 3000
 
-    status = (await running.get("/status")).json()["tracker"]
+    with trio.fail_after(20):
+        while (status := (await running.get("/status")).json()["tracker"])["discovery"][
+            "last_run_ms"
+        ] is None:
+            await trio.sleep(0.05)
     assert status["enabled"] is True and status["songs_tracked"] >= 1
-    assert status["discovery"]["last_run_ms"] is not None
     assert status["proxies"][0]["name"] == "direct"
     assert set(status["lag"]) == {"new", "milestone", "normal", "archive"}
     metrics = (await running.get("/metrics")).text
@@ -195,8 +204,15 @@ async def test_reload_turns_the_tracker_off_and_on(running: Running) -> None:
     assert not service.gate.open
     status = (await running.get("/status")).json()
     assert status["tracker"]["enabled"] is False
-    running.write(enabled=True, discovery="10m")
+    proxies = '[[tracker.proxies]]\nname = "a"\n[[tracker.proxies]]\nname = "b"\ntasks = ["bulk"]\n'
+    running.write(enabled=True, discovery="10m", window="1m", extra=proxies)
     assert await running.daemon.reload()
     assert service.gate.open and service.config.discovery_interval == 600
     states = running.daemon.component_states
     assert states["tracker-snapshot-tick"].state == "running"
+    status = (await running.get("/status")).json()["tracker"]
+    assert [p["name"] for p in status["proxies"]] == ["a", "b"]
+    window = await running.daemon.store.read(  # type: ignore[union-attr]
+        lambda c: c.execute("SELECT window_ms FROM tracker_settings").fetchone()[0]
+    )
+    assert window == 60_000
