@@ -270,6 +270,7 @@ class NetworkDelegate:
                 "skipped_limited": p.limited,
                 "refused_412": p.refused,
                 "last_error": p.last_error,
+                "jitter_margin_ms": self.margin_ms,
                 "limits": p.limiter.fill(now),
             }
             for name, p in self._proxies.items()
