@@ -129,6 +129,8 @@ class Tracker:
         self.rng = rng or random.Random()
         self.stats = TrackerStats()
         self.ingest_wakeup = trio.Event()
+        self._window_stored: int | None = None
+        """The window length known to be in the store (None: read it there)."""
         self.classify_send, self.classify_recv = trio.open_memory_channel[int](10_000)
 
     # ---- helpers ----------------------------------------------------------------------------
@@ -156,6 +158,7 @@ class Tracker:
             force=force,
             capacity=self.config.window_capacity,
             rng=self.rng,
+            window=self._window_stored,
         )
 
     async def schedule(self, aid: int, type_: str, at_ms: int, force: bool = False) -> ts.Scheduled:
@@ -167,6 +170,7 @@ class Tracker:
         """Windows of the configured length from now on (recounted when it changed)."""
         size = self.window_ms
         await self.store.write(lambda c: ts.set_window_ms(c, size))
+        self._window_stored = size
 
     async def prepare(self) -> int:
         """Before the ticks start: use the configured window length and turn schedules a dead
@@ -179,6 +183,7 @@ class Tracker:
             return ts.recover_processing(conn, now)
 
         recovered = await self.store.write(tx)
+        self._window_stored = size
         if recovered:
             log.warning("schedules left processing by a stopped process run again", count=recovered)
         return recovered
@@ -507,7 +512,10 @@ class Tracker:
                         ts.upsert_eta(conn, aid, eta[0], eta[1], stat.views, now)
                 ts.finish(conn, [sid], "completed", now)
                 if type_ != "archive":
-                    hours = ts.regular_interval_hours(conn, aid, now)
+                    newest = (
+                        current if previous is None or current.at_ms >= previous.at_ms else previous
+                    )
+                    hours = ts.regular_interval_hours(conn, aid, now, newest)
                     self._schedule(conn, aid, "normal", now + int(hours * rules.HOUR), now)
                 done.append((type_, max(at_ms - planned, 0)))
             return done

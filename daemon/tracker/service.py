@@ -142,10 +142,10 @@ class TrackerService:
 
     async def close(self) -> None:
         """At shutdown: store the limiter state as clean (after the last request)."""
-        if self._state_loaded:
-            with trio.CancelScope(shield=True):
+        with trio.CancelScope(shield=True):
+            if self._state_loaded:
                 await self.delegate.save_state(self.store, final=True)
-                await self.delegate.aclose()
+            await self.delegate.aclose()
 
     # ---- loops --------------------------------------------------------------------------------
 

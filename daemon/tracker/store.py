@@ -109,12 +109,14 @@ def schedule_snapshot(
     force: bool = False,
     capacity: int,
     rng: random.Random,
+    window: int | None = None,
 ) -> Scheduled:
     """Plan a snapshot of `aid` (specs/tracker.md; reference §3.3).
 
     With an active (pending or processing) schedule of the same type: a milestone one only moves
     earlier (to `at_ms`); others are kept unless `force`. new and milestone keep their exact time;
     normal and archive go to the first window from `at_ms` with room (`capacity` per window).
+    `window` is the window length in ms if the caller knows it is the stored one.
     """
     if type_ not in rules.SCHEDULE_TYPES:
         raise ValueError(f"unknown schedule type {type_!r}")
@@ -138,7 +140,7 @@ def schedule_snapshot(
             return Scheduled("kept", sid, planned)
     planned = at_ms
     if type_ not in rules.EXACT_TIME_TYPES:
-        size = window_ms(conn)
+        size = window or window_ms(conn)
         first = rules.window_of(at_ms, size)
         last = first + rules.WINDOW_HORIZON_MS // size
         full = full_windows(conn, first, last, capacity)
@@ -369,10 +371,13 @@ def eta_of(conn: apsw.Connection, aid: int, now_ms: int) -> rules.Eta | None:
     return rules.short_term_eta(last, snaps)
 
 
-def regular_interval_hours(conn: apsw.Connection, aid: int, now_ms: int) -> float:
+def regular_interval_hours(
+    conn: apsw.Connection, aid: int, now_ms: int, last: Snap | None = None
+) -> float:
+    """The regular interval of `aid` from its snapshots (`last`: its latest, if known)."""
     cut = now_ms - rules.REGULAR_LOOKBACK_MS
     base = rules.regular_base(snapshot_at_or_before(conn, aid, cut), snapshot_after(conn, aid, cut))
-    return rules.regular_interval_hours(base, latest(conn, aid))
+    return rules.regular_interval_hours(base, last or latest(conn, aid))
 
 
 def upsert_eta(

@@ -51,7 +51,7 @@ class Env:
 
 
 @pytest.fixture
-async def env(store: Store) -> AsyncIterator[Env]:
+async def env(inline_store: None, store: Store) -> AsyncIterator[Env]:
     env = Env(store)
     await env.tracker.prepare()  # 10 s windows: throttled rows land within a bulk tick
     yield env
@@ -313,3 +313,61 @@ async def test_window_counts_match_rows_after_a_busy_run(env: Env, autojump_cloc
     assert kept == real and real
     assert rules.SCHEDULE_TYPES  # every type ran
     assert env.client.requests["bulk"] > 0 and env.client.requests["view"] > 0
+
+
+async def test_discovered_aids_survive_a_crash_before_ingest(
+    env: Env, store: Store, autojump_clock: Any
+) -> None:
+    for aid in range(1, 6):
+        env.client.add(aid, lambda now: 10)
+    env.client.fail["view_detail"] = [UpstreamError("reset")] * 2
+    await env.tracker.discovery_pass()
+    await env.tracker.ingest_pass()  # two fail and wait 30 s, three are stored
+    # the process dies; a new one starts on the same database
+    fresh = Env(store)
+    fresh.client = env.client
+    fresh.tracker.client = env.client
+    await fresh.tracker.prepare()
+    await trio.sleep(31)
+    assert await fresh.tracker.ingest_pass() == 2
+    assert await fresh.tracker.discovery_pass() == 0  # nothing is queued twice
+    (videos,) = (await env.q("SELECT count(*) FROM tracker_videos"))[0]
+    (queued,) = (await env.q("SELECT count(*) FROM tracker_ingest"))[0]
+    assert (videos, queued) == (5, 0)
+
+
+async def test_failed_completion_stores_nothing_and_is_recovered(
+    env: Env, monkeypatch: pytest.MonkeyPatch, autojump_clock: Any
+) -> None:
+    for aid in (1, 2):
+        env.client.add(aid, lambda now: 10)
+    await env.tracker.discovery_pass()
+    await env.tracker.ingest_pass()
+    await trio.sleep(60)
+    for aid in (1, 2):
+        await env.tracker.schedule(aid, "normal", env.clock())
+    real_finish = ts.finish
+
+    def broken(conn: apsw.Connection, ids: Any, status: str, *args: Any) -> int:
+        if status == "completed":
+            raise apsw.IOError("disk I/O error")
+        return real_finish(conn, ids, status, *args)
+
+    monkeypatch.setattr(ts, "finish", broken)
+    failed = []
+    try:
+        async with trio.open_nursery() as nursery:
+            await env.tracker.bulk_tick(nursery, trio.CapacityLimiter(1))
+    except* apsw.IOError as group:
+        failed.append(group)
+    assert failed
+    (after_ingest,) = (await env.q("SELECT count(*) FROM tracker_snapshots"))[0]
+    assert after_ingest == 2  # the snapshots rolled back with the completion
+    assert {s for _, s in await env.schedules(1)} == {"processing"}
+    monkeypatch.setattr(ts, "finish", real_finish)
+    assert await env.tracker.prepare() == 2
+    async with trio.open_nursery() as nursery:
+        await env.tracker.bulk_tick(nursery, trio.CapacityLimiter(1))
+    (snaps,) = (await env.q("SELECT count(*) FROM tracker_snapshots"))[0]
+    assert snaps == 4
+    assert await env.schedules(1) == [("normal", "completed"), ("normal", "pending")]

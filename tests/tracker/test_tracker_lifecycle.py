@@ -12,7 +12,6 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import httpx
-import pytest
 import trio
 import trio.testing
 
@@ -50,18 +49,6 @@ async def running(sim: BilibiliSim, service_of: Any) -> AsyncIterator[TrackerSer
 
 async def q(store: Store, sql: str, *args: Any) -> list[Any]:
     return await store.read(lambda c: c.execute(sql, args).fetchall())
-
-
-@pytest.fixture
-def inline_store(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Run the store's SQLite calls on the trio thread: autojump_clock treats a task waiting for
-    a worker thread as idle and would jump virtual time while a query runs."""
-
-    async def run_sync(fn: Any, *args: Any, **_: Any) -> Any:
-        await trio.lowlevel.checkpoint()
-        return fn(*args)
-
-    monkeypatch.setattr(trio.to_thread, "run_sync", run_sync)
 
 
 async def test_lifecycle(
