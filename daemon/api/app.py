@@ -36,10 +36,12 @@ EDGE_ERRORS = {
     431: "request head too large",
 }
 """What the edge (daemon/api/edge.py) may answer on any route but /healthz."""
-CHANGE_ERRORS = {
+CHANGE_ERRORS = {  # routes that change data (not GET)
     408: "request body not received within [http] body_timeout",
     413: "request body over [http] max_body",
     415: "a body that is not application/json",
+    503: "storage unavailable (I/O error)",
+    507: "storage full: the database cannot take writes",
 }
 
 

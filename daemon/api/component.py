@@ -9,13 +9,21 @@ import trio
 from daemon.api.app import build_app, edge_policy
 from daemon.api.edge import MIN_KEY_LENGTH, EdgeStats, parse_keys
 from daemon.api.server import serve_app
-from daemon.config import Config, ConfigError, resolve_secret
+from daemon.config import Config, ConfigError, HttpConfig, resolve_secret
+from daemon.logs import get_logger
 from daemon.runtime import Daemon
+
+log = get_logger("http")
 
 
 def install(daemon: Daemon) -> None:
     if daemon.config.http.enabled:
         daemon.add_component("http", serve_http)
+
+
+def only_local_names(http: HttpConfig) -> bool:
+    """Whether a wildcard bind meets the default Host list, which holds only local names."""
+    return http.bind.rpartition(":")[0].strip("[]") in ("0.0.0.0", "::") and not http.hosts
 
 
 def check_secrets(cfg: Config) -> None:
@@ -38,6 +46,13 @@ def check_secrets(cfg: Config) -> None:
 async def serve_http(daemon: Daemon, *, task_status: trio.TaskStatus[Any]) -> None:
     policy = edge_policy(daemon)
     stats = EdgeStats()
+    http = daemon.config.http
+    if only_local_names(http):
+        log.warning(
+            "bind is a wildcard address but [http] hosts is empty: only localhost names are "
+            "accepted (421 otherwise); list the names clients use",
+            bind=http.bind,
+        )
     app = build_app(daemon, daemon.routes, policy, stats)
 
     async def http_section() -> dict[str, Any]:
@@ -54,8 +69,6 @@ async def serve_http(daemon: Daemon, *, task_status: trio.TaskStatus[Any]) -> No
         }
 
     daemon.status_sections["http"] = http_section
-
-    http = daemon.config.http
 
     async def serve(task_status: trio.TaskStatus[tuple[str, int]]) -> None:
         await serve_app(

@@ -163,3 +163,21 @@ def test_get_consume_needs_loopback_or_a_key(bind: str, key_env: str | None, all
     # a public bind without a key cannot even be configured
     with pytest.raises(ValueError, match="api_key_env"):
         HttpConfig(bind="0.0.0.0:8700")
+
+
+@pytest.mark.parametrize(
+    ("bind", "hosts", "warn"),
+    [
+        ("0.0.0.0:8700", [], True),
+        ("[::]:8700", [], True),
+        ("0.0.0.0:8700", ["api.example"], False),
+        ("127.0.0.1:8700", [], False),
+        ("192.0.2.7:8700", [], False),
+    ],
+)
+def test_a_wildcard_bind_without_hosts_is_warned_about(
+    bind: str, hosts: list[str], warn: bool
+) -> None:
+    from daemon.api.component import only_local_names
+
+    assert only_local_names(HttpConfig(bind=bind, hosts=hosts, api_key_env="K")) is warn
