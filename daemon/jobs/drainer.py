@@ -334,7 +334,7 @@ class Deliverer:
             decision = retry.decide(
                 attempt,
                 status,
-                cast(retry.ErrorKind | None, kind),
+                cast("retry.ErrorKind | None", kind),
                 retry_after,
                 time.time(),
                 settings.schedule,
