@@ -212,6 +212,7 @@ class Deliverer:
         self._limiters: dict[str, trio.CapacityLimiter] = {}
         self._clients: dict[str, _HostPool] = {}
         self._client_added = trio.Event()
+        self._creating: dict[str, trio.Event] = {}
 
     def reconfigure(self, settings: DeliverySettings) -> None:
         self.settings = settings
@@ -261,14 +262,33 @@ class Deliverer:
             with trio.CancelScope(shield=True):
                 await held.transport.aclose()
 
-    def _acquire(self, host_key: str) -> _HostPool:
-        held = self._clients.get(host_key)
-        if held is None:
-            pool = ssrf.new_transport(max_connections=max(1, self.settings.per_host))
-            held = self._clients[host_key] = _HostPool(pool, trio.current_time())
-            self._client_added.set()
-        held.in_use += 1
-        return held
+    async def _acquire(self, host_key: str) -> _HostPool:
+        """The host's pool, created on first use. An https pool loads the CA certificates
+        (~20 ms), so it is built in a worker thread, not on the event loop; a plain-http pool
+        never does TLS and skips them."""
+        while True:
+            held = self._clients.get(host_key)
+            if held is not None:
+                held.in_use += 1
+                return held
+            pending = self._creating.get(host_key)
+            if pending is not None:
+                await pending.wait()
+                continue
+            done = self._creating[host_key] = trio.Event()
+            try:
+                size = max(1, self.settings.per_host)
+                if host_key.startswith("http://"):
+                    pool = ssrf.new_transport(max_connections=size, verify=False)
+                else:
+                    pool = await trio.to_thread.run_sync(
+                        functools.partial(ssrf.new_transport, max_connections=size)
+                    )
+                self._clients[host_key] = _HostPool(pool, trio.current_time())
+                self._client_added.set()
+            finally:
+                del self._creating[host_key]
+                done.set()
 
     async def deliver(self, job: JobState, item: Item) -> Final:
         """Attempts until a final outcome. Never raises for a problem with this one delivery
@@ -288,8 +308,10 @@ class Deliverer:
             detail: str | None = None
             async with self.limiter(job.host_key):
                 started = time.perf_counter()
-                held = None if self.transport is not None else self._acquire(job.host_key)
+                held: _HostPool | None = None
                 try:
+                    if self.transport is None:
+                        held = await self._acquire(job.host_key)
                     headers = signing.attempt_headers(
                         item.body,
                         webhook_id=item.key,
