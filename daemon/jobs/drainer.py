@@ -46,7 +46,7 @@ from daemon.jobs import events, retry, signing, ssrf, webhook_rules
 from daemon.jobs import store as jobstore
 from daemon.logs import get_logger
 from daemon.metrics import REGISTRY
-from daemon.outbox import Item, MemoryStream, Outbox, Signal
+from daemon.outbox import Item, MemoryStream, Signal
 from daemon.redact import redact_url
 from daemon.store import Store
 
@@ -384,13 +384,11 @@ class JobDrainer:
         job: JobState,
         deliverer: Deliverer,
         store: Store,
-        outbox: Outbox,
         clock_ms: Callable[[], int] = outbox_mod.now_ms,
     ) -> None:
         self.job = job
         self.deliverer = deliverer
         self.store = store
-        self.outbox = outbox
         self.clock_ms = clock_ms
 
     async def run(self) -> None:
