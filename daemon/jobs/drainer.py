@@ -6,8 +6,9 @@
 #
 # Where events come from (JobState says which):
 # - the job's durable outbox stream: read after the ack cursor; after each final outcome ONE
-#   transaction advances the cursor, deletes the event and, for a failure, appends the job error.
-#   A crash can only repeat the event in flight (same webhookId and bytes);
+#   transaction advances the cursor and, for a failure, appends the job error (the batch's rows
+#   are deleted with its last event's ack: one statement per event instead of two). A crash can
+#   only repeat the event in flight (same webhookId and bytes);
 # - its bounded memory queue: with `jobs.store = false`, or for events issued after the store
 #   failed (the job is "degraded"). A degraded durable job first sends what it can still read
 #   from disk, then the memory queue; anything left unread on disk goes out after a restart.
@@ -20,8 +21,10 @@
 # afterwards) become ONE job error whose count grows, the cursor moves to the end, and a row in
 # `webhook_gone` keeps it so after a restart. The job's own status is not touched.
 #
-# The HTTP side (`Deliverer`) is shared by every drainer: one httpx client (connection pool) per
-# destination host, so TLS sessions are never shared between names on one IP, closed when idle;
+# The HTTP side (`Deliverer`) is shared by every drainer: one httpx transport (connection pool)
+# per destination host, so no connection verified for one name serves another name on the same IP,
+# closed after CLIENT_IDLE_S without requests; requests go straight to the transport (no client
+# layers: cookies, auth flows, redirects, Response rebuilds are not needed here);
 # the signing secret, the retry schedule, the per-host limiters (all swappable on reload) and a
 # short-lived cache of vetted addresses (see ssrf.VettingCache).
 from __future__ import annotations
