@@ -549,7 +549,7 @@ class JobManager:
         self._nursery.start_soon(self._drain, job)
 
     async def _drain(self, job: JobState) -> None:
-        drainer = JobDrainer(job, self.deliverer, self.store, self.outbox, self.clock_ms)
+        drainer = JobDrainer(job, self.deliverer, self.store, self.clock_ms)
 
         async def body(*, task_status: trio.TaskStatus[None]) -> None:
             task_status.started()
