@@ -2,21 +2,25 @@
 # what the process is doing, and Prometheus metrics.
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import os
+import time
+from typing import Any
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from daemon import metrics
+from daemon import __version__, metrics
 from daemon.api.app import ApiRoute, json
+from daemon.redact import cap, redact_text, redact_tree
+from daemon.runtime import Daemon, ReloadResult
 
-if TYPE_CHECKING:
-    from daemon.app import Daemon
 
-
-class Health(msgspec.Struct):
+class Health(msgspec.Struct, omit_defaults=True):
     status: str
+    """ok, degraded (the store cannot write), starting, stopping."""
+    reason: str | None = None
+    since_ms: int | None = None
 
 
 class ComponentStatus(msgspec.Struct):
@@ -26,25 +30,23 @@ class ComponentStatus(msgspec.Struct):
     last_error: str | None
 
 
-class ReloadResult(msgspec.Struct):
-    ok: bool
-    at_ms: int
-    message: str
-
-
 class ConfigStatus(msgspec.Struct):
     source: str
     generation: int
     last_reload: ReloadResult | None
 
 
-class StoreStatus(msgspec.Struct):
+class StoreStatus(msgspec.Struct, omit_defaults=True):
     path: str
     schema_version: int
     transactions: int
     write_jobs: int
     write_errors: int
     largest_group: int
+    writable: bool
+    """False while writes fail (disk full, I/O error); `reason` and `since_ms` say why and when."""
+    reason: str | None = None
+    since_ms: int | None = None
 
 
 class Status(msgspec.Struct, omit_defaults=True):
@@ -59,15 +61,69 @@ class Status(msgspec.Struct, omit_defaults=True):
     collector: dict[str, Any] | None = None
     webhooks: dict[str, Any] | None = None
     tracker: dict[str, Any] | None = None
+    crawl: dict[str, Any] | None = None
+    http: dict[str, Any] | None = None
+    """The HTTP edge: keys configured (how many), accepted hosts, requests in progress, refusals."""
+
+
+async def build_status(daemon: Daemon) -> Status:
+    store = None
+    if daemon.store is not None:
+        s = daemon.store.stats
+        health = daemon.store.health()
+        store = StoreStatus(
+            path=str(daemon.store.path),
+            schema_version=daemon.store.schema_version,
+            transactions=s.transactions,
+            write_jobs=s.write_jobs,
+            write_errors=s.write_errors,
+            largest_group=s.largest_group,
+            writable=health.writable,
+            reason=health.reason,
+            since_ms=health.since_ms,
+        )
+    # Sections come from every area; URLs (broker, webhooks, upstreams) and headers are redacted
+    # here, once, so no area can leak a credential through /status.
+    sections = {name: redact_tree(await fn()) for name, fn in daemon.status_sections.items()}
+    return Status(
+        state=daemon.state,
+        version=__version__,
+        pid=os.getpid(),
+        uptime_s=round(time.monotonic() - daemon.started_monotonic, 3),
+        config=ConfigStatus(
+            source=daemon.config.source,
+            generation=daemon.generation,
+            last_reload=daemon.last_reload,
+        ),
+        components=[
+            ComponentStatus(
+                c.name,
+                c.state,
+                c.restarts,
+                None if c.last_error is None else redact_text(c.last_error),
+            )
+            for c in daemon.component_states.values()
+        ],
+        store=store,
+        **sections,
+    )
+
+
+def install(daemon: Daemon) -> None:
+    daemon.routes.extend(routes(daemon))
 
 
 def routes(daemon: Daemon) -> list[ApiRoute]:
     async def healthz(request: Request) -> Response:
-        ok = daemon.state in ("running", "reloading")
-        return json(Health(status="ok" if ok else daemon.state), 200 if ok else 503)
+        if daemon.state not in ("running", "reloading"):
+            return json(Health(status=daemon.state), 503)
+        health = daemon.store.health() if daemon.store is not None else None
+        if health is not None and not health.writable:
+            return json(Health("degraded", cap(health.reason or ""), health.since_ms), 503)
+        return json(Health(status="ok"))
 
     async def status(request: Request) -> Response:
-        return json(await daemon.status())
+        return json(await build_status(daemon))
 
     async def metrics_text(request: Request) -> Response:
         for refresh in daemon.metric_refreshers:
@@ -75,8 +131,9 @@ def routes(daemon: Daemon) -> list[ApiRoute]:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return [
-        ApiRoute("GET", "/healthz", healthz, "Liveness: 200 while running", response=Health,
-                 errors={503: "starting or stopping"}),
+        ApiRoute("GET", "/healthz", healthz, "Liveness: 200 while running (never needs a key)",
+                 response=Health,
+                 errors={503: "starting, stopping, or degraded: the store cannot write"}),
         ApiRoute("GET", "/status", status, "What the daemon is doing, per part", response=Status),
         ApiRoute("GET", "/metrics", metrics_text, "Prometheus metrics",
                  content_type="text/plain"),

@@ -2,19 +2,17 @@
 # the embedded queue), the crawlers, the HTTP routes, the /status sections and the reload hook.
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
-from daemon import metrics, outbox
+from daemon import config, metrics, outbox
 from daemon.broker import BrokerSettings, open_amqp_broker
 from daemon.collector.queue import AmqpQueue, EmbeddedQueue, RowQueue, stream_name
 from daemon.collector.service import Collector
 from daemon.config import resolve_secret
 from daemon.logs import get_logger
-
-if TYPE_CHECKING:
-    from daemon.app import Daemon
+from daemon.runtime import Daemon
 
 log = get_logger("collector")
 
@@ -100,3 +98,20 @@ async def warn_about_other_queues(daemon: Daemon, stream: str) -> None:
                 stream=name,
                 rows=state.pending,
             )
+
+
+def check_secrets(cfg: config.Config) -> None:
+    """The broker password and the credentials of every account an enabled task uses."""
+    if cfg.broker.kind == "amqp":
+        resolve_secret(cfg.broker.password_env, "$.broker.password_env")
+    if not cfg.collector.enabled:
+        return
+    used = {t.account for t in cfg.collector.tasks if t.enabled}
+    for i, account in enumerate(cfg.collector.accounts):
+        if account.name not in used:
+            continue
+        path = f"$.collector.accounts[{i}]"
+        if account.api_key_env is not None:
+            resolve_secret(account.api_key_env, f"{path}.api_key_env")
+        else:
+            resolve_secret(account.password_env, f"{path}.password_env")

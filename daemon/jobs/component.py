@@ -3,14 +3,13 @@
 # components, the /v2/crawl routes, the `webhooks` /status section and the reload hook.
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
+from daemon import config
 from daemon.jobs.manager import JobManager
-
-if TYPE_CHECKING:
-    from daemon.app import Daemon
+from daemon.runtime import Daemon
 
 
 def install(daemon: Daemon) -> None:
@@ -36,3 +35,7 @@ def install(daemon: Daemon) -> None:
     daemon.routes.extend(jobs_api.routes(manager))
     daemon.status_sections["webhooks"] = webhooks_section
     daemon.reload_hooks.append(manager.on_reload)
+
+
+def check_secrets(cfg: config.Config) -> None:
+    config.webhook_secret(cfg.webhooks)

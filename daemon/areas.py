@@ -1,0 +1,25 @@
+# The areas of the daemon, in start order, and the checks each one makes of a config before it
+# is used (at start, by `crawld check-config --secrets` and before a reload is applied). Adding an
+# area means adding it here; `daemon.app` knows only this list.
+from __future__ import annotations
+
+from daemon import config
+from daemon.api import component as http
+from daemon.api import control
+from daemon.collector import component as collector
+from daemon.crawl import component as crawl
+from daemon.jobs import component as jobs
+from daemon.runtime import Installer
+from daemon.tracker import component as tracker
+
+
+def installers() -> list[Installer]:
+    """Each area's install(daemon), in start order; HTTP last so every route is registered."""
+    return [control.install, jobs.install, collector.install, tracker.install, crawl.install,
+            http.install]  # fmt: skip
+
+
+def check_secrets(cfg: config.Config) -> None:
+    """Every secret the config names must be set now, so a reload cannot half-apply."""
+    for check in (http.check_secrets, jobs.check_secrets, collector.check_secrets):
+        check(cfg)
