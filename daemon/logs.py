@@ -1,12 +1,20 @@
 # Logs go to stderr, one line per record, so journald stores each line at the right level when
-# every line (tracebacks included) starts with a `<N>` syslog priority. Context travels as
-# `key=value` pairs (component=, task=, job=) that `journalctl -g` can find.
+# every line (tracebacks included) starts with a `<N>` syslog priority. The prefix is written only
+# when stderr is journald's stream (systemd sets JOURNAL_STREAM to its device:inode); on a terminal
+# or a pipe it would be noise. Context travels as
+# `key=value` pairs (component=, task=, job=) that `journalctl -g` can find. A URL in a value
+# (an upstream, a webhook, the broker) is redacted on its way out: its password and query values
+# are not for the journal.
 from __future__ import annotations
 
+import io
 import logging
+import os
 import sys
 import traceback
 from typing import Any
+
+from daemon.redact import redact_text
 
 _PRIORITY = {
     logging.CRITICAL: 2,
@@ -37,18 +45,35 @@ def format_context(context: dict[str, Any]) -> str:
     for key, value in context.items():
         if value is None:
             continue
-        text = str(value)
+        text = redact_text(str(value))
         if not text or any(c in '"=' or c.isspace() or not c.isprintable() for c in text):
             text = '"' + "".join(map(_escape, text)) + '"'
         parts.append(f"{key}={text}")
     return " ".join(parts)
 
 
+def is_journal_stream(stream: Any) -> bool:
+    """Whether `stream` is the journald stream systemd named in $JOURNAL_STREAM ("dev:inode")."""
+    dev, sep, inode = os.environ.get("JOURNAL_STREAM", "").partition(":")
+    if not sep:
+        return False
+    try:
+        st = os.fstat(stream.fileno())
+        return (st.st_dev, st.st_ino) == (int(dev), int(inode))
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return False
+
+
 class JournalFormatter(logging.Formatter):
-    """`<N>logger: message key=value …`, with every traceback line prefixed too."""
+    """`<N>logger: message key=value …`, with every traceback line prefixed too (without the
+    `<N>` when `priority_prefix` is false)."""
+
+    def __init__(self, priority_prefix: bool = True) -> None:
+        super().__init__()
+        self.priority_prefix = priority_prefix
 
     def format(self, record: logging.LogRecord) -> str:
-        prefix = f"<{syslog_priority(record.levelno)}>"
+        prefix = f"<{syslog_priority(record.levelno)}>" if self.priority_prefix else ""
         message = record.getMessage()
         context = getattr(record, "ctx", None)
         if context:
@@ -72,7 +97,7 @@ def setup_logging(level: str = "info") -> None:
         if getattr(handler, "_crawld", False):
             root.removeHandler(handler)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JournalFormatter())
+    handler.setFormatter(JournalFormatter(priority_prefix=is_journal_stream(sys.stderr)))
     handler._crawld = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level.upper())

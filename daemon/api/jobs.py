@@ -11,7 +11,8 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from daemon.api.app import ApiRoute, QueryParam, json
+from daemon import redact
+from daemon.api.app import ApiRoute, QueryParam, json, public_link
 from daemon.api.errors import HTTPError, decode_query_int
 from daemon.jobs.store import JobFinished, JobNotFound
 
@@ -82,7 +83,7 @@ def routes(manager: JobManager) -> list[ApiRoute]:
         rows, more = await manager.job_rows(job_id, skip, limit, PAGE_BYTES)
         next_url = None
         if more:
-            next_url = str(request.url.include_query_params(skip=skip + len(rows)))
+            next_url = public_link(request, skip=skip + len(rows))
         return json(
             CrawlStatus(
                 success=True,
@@ -101,7 +102,13 @@ def routes(manager: JobManager) -> list[ApiRoute]:
         job_id = _job_id(request)
         if await manager.get_job(job_id) is None:
             return _not_found()
-        errors = await manager.job_errors(job_id)
+        # Errors stored before URLs were redacted at the source still leave redacted.
+        errors = [
+            msgspec.structs.replace(
+                e, url=e.url and redact.redact_url(e.url), error=redact.redact_text(e.error)
+            )
+            for e in await manager.job_errors(job_id)
+        ]
         return json(
             CrawlErrors(
                 errors=[

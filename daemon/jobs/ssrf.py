@@ -8,7 +8,9 @@
 # the Host header is set to the original host[:port], and httpcore's `sni_hostname` request
 # extension makes TLS send the original name as SNI and verify the certificate against it
 # (httpcore/_async/connection.py passes it as `server_hostname` to start_tls). Redirects are
-# never followed (a 3xx is a failed attempt), so there is no second hop to re-check.
+# never followed (a 3xx is a failed attempt), so there is no second hop to re-check. The crawl
+# engine (daemon/crawl/fetch.py) reuses `vet_url` and `pinned_request` for GETs and vets each
+# redirect hop itself; it passes a `resolver` so tests can map test host names to 127.0.0.1.
 #
 # The ranges are listed here rather than taken from `ipaddress.is_global`, whose answers change
 # between Python releases; `is_global` only backs the table up (anything it calls non-global is
@@ -16,14 +18,22 @@
 # 127.0.0.0/8 allows loopback, nothing else.
 #
 # One caveat for callers sharing an httpx.AsyncClient: its pool is keyed by (scheme, IP, port),
-# so two https hosts on one IP may share a TLS connection verified for the first name. Use a
-# client per destination host if that matters.
+# so two https hosts on one IP may share a TLS connection verified for the first name. The
+# webhook drainer therefore uses one client per destination host.
+#
+# Vetting a name costs a getaddrinfo per request, so a `VettingCache` may keep a vetted address
+# for a short time (VETTING_TTL, 30 s): requests in that window connect to the address that was
+# vetted, exactly as a single request does, so caching adds no window for rebinding; it only
+# delays noticing that a name now points elsewhere by at most the TTL. Failures are not cached.
 from __future__ import annotations
 
+import base64
 import http.cookiejar
 import ipaddress
 import socket
-from collections.abc import Iterable, Mapping, Sequence
+import ssl
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import httpx
 import msgspec
@@ -56,12 +66,14 @@ _V4_BLOCKED: tuple[tuple[str, str], ...] = (
 _V6_BLOCKED: tuple[tuple[str, str], ...] = (
     ("::/128", "unspecified"),
     ("::1/128", "loopback"),
+    ("::ffff:0:0:0/96", "reserved (IPv4-translated, SIIT)"),
     ("64:ff9b:1::/48", "reserved (local-use NAT64)"),
     ("100::/64", "reserved (discard-only)"),
     ("2001:2::/48", "reserved (benchmarking)"),
     ("2001:10::/28", "reserved (ORCHID)"),
     ("2001:db8::/32", "documentation"),
     ("3fff::/20", "documentation"),
+    ("5f00::/16", "reserved (SRv6 SIDs)"),
     ("fc00::/7", "private (unique local)"),
     ("fe80::/10", "link-local"),
     ("fec0::/10", "private (site-local)"),
@@ -70,6 +82,9 @@ _V6_BLOCKED: tuple[tuple[str, str], ...] = (
 _V4_TABLE = [(ipaddress.IPv4Network(n), r) for n, r in _V4_BLOCKED]
 _V6_TABLE = [(ipaddress.IPv6Network(n), r) for n, r in _V6_BLOCKED]
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+"""(host, port) -> the host's addresses; raises OSError when it does not resolve."""
 _COMPAT = ipaddress.IPv6Network("::/96")
 
 
@@ -92,6 +107,42 @@ class Vetted(msgspec.Struct, frozen=True):
     """The URL's host (IDNA-encoded), for SNI."""
     port: int
     scheme: str
+
+
+VETTING_TTL = 30.0
+"""Seconds a `VettingCache` keeps a vetted address."""
+
+
+class VettingCache:
+    """Vetted addresses by (URL, allow list) for `ttl` seconds of a monotonic clock the caller
+    passes in; at most `max_entries` (the oldest go first)."""
+
+    def __init__(self, ttl: float = VETTING_TTL, max_entries: int = 4096) -> None:
+        self.ttl = ttl
+        self.max_entries = max_entries
+        self._entries: dict[tuple[str, tuple[Network, ...]], tuple[float, Vetted]] = {}
+
+    def get(self, url: str, allow: Sequence[Network], now: float) -> Vetted | None:
+        key = (url, tuple(allow))
+        found = self._entries.get(key)
+        if found is None:
+            return None
+        if found[0] <= now:
+            del self._entries[key]
+            return None
+        return found[1]
+
+    def put(self, url: str, allow: Sequence[Network], vetted: Vetted, now: float) -> None:
+        if len(self._entries) >= self.max_entries:
+            for stale in list(self._entries)[: max(1, self.max_entries // 8)]:
+                del self._entries[stale]
+        self._entries[(url, tuple(allow))] = (now + self.ttl, vetted)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def parse_networks(cidrs: Iterable[str]) -> list[Network]:
@@ -151,8 +202,19 @@ def is_blocked(ip: str | IPAddress, allow: Sequence[Network] = ()) -> str | None
     return None if addr.is_global else f"not globally routable address {addr}"
 
 
-async def vet_url(url: str | httpx.URL, allow: Sequence[Network] = ()) -> Vetted:
-    """Resolve the URL's host and pick the first address that is not blocked.
+async def system_resolver(host: str, port: int) -> list[str]:
+    """The system resolver (getaddrinfo in a thread), addresses in its order."""
+    infos = await trio.socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+    )
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+async def vet_url(
+    url: str | httpx.URL, allow: Sequence[Network] = (), *, resolver: Resolver | None = None
+) -> Vetted:
+    """Resolve the URL's host (with `resolver`, the system's by default) and pick the first
+    address that is not blocked.
 
     Raises BlockedAddress for a non-http(s) URL or when every address is blocked, and
     ResolutionFailed when the host does not resolve.
@@ -176,12 +238,9 @@ async def vet_url(url: str | httpx.URL, allow: Sequence[Network] = ()) -> Vetted
         candidates = [literal.compressed]
     else:
         try:
-            infos = await trio.socket.getaddrinfo(
-                host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-            )
+            candidates = await (resolver or system_resolver)(host, port)
         except (OSError, UnicodeError) as exc:
             raise ResolutionFailed(f"cannot resolve {host}: {exc}") from None
-        candidates = list(dict.fromkeys(str(info[4][0]) for info in infos))
         if not candidates:
             raise ResolutionFailed(f"cannot resolve {host}: no addresses")
     reasons = []
@@ -199,26 +258,111 @@ def pinned_request(
     client: httpx.AsyncClient,
     url: str | httpx.URL,
     vetted: Vetted,
-    body: bytes,
+    body: bytes | None,
     headers: Mapping[str, str],
-    timeout: float,
+    timeout: float | httpx.Timeout,
+    *,
+    method: str = "POST",
 ) -> httpx.Request:
-    """A POST of `body` to `vetted.ip` that keeps the URL's Host header and TLS SNI."""
+    """A `method` request (POST of `body` by default) to `vetted.ip` that keeps the URL's
+    Host header and TLS SNI."""
     original = url if isinstance(url, httpx.URL) else httpx.URL(url)
     target = original.copy_with(host=vetted.ip)
     merged = {k: v for k, v in headers.items() if k.lower() != "host"}
     merged["Host"] = original.netloc.decode("ascii")
     extensions = {"sni_hostname": vetted.host} if vetted.scheme == "https" else {}
     request = client.build_request(
-        "POST",
+        method,
         target,
         content=body,
         headers=merged,
-        timeout=httpx.Timeout(timeout),
+        timeout=timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout),
         extensions=extensions,
     )
     request.headers.pop("Cookie", None)
     return request
+
+
+def pinned_post(
+    url: str | httpx.URL, vetted: Vetted, body: bytes, headers: Mapping[str, str], timeout: float
+) -> httpx.Request:
+    """A POST of `body` to `vetted.ip`, keeping the URL's Host header and TLS SNI, built for a
+    transport (no client: no cookies, no default headers). Credentials in the URL become Basic
+    auth unless `headers` has an Authorization, as httpx's client would do."""
+    original = url if isinstance(url, httpx.URL) else httpx.URL(url)
+    merged = {k: v for k, v in headers.items() if k.lower() != "host"}
+    merged["Host"] = original.netloc.decode("ascii")
+    if (original.username or original.password) and not any(
+        k.lower() == "authorization" for k in merged
+    ):
+        token = base64.b64encode(f"{original.username}:{original.password}".encode()).decode()
+        merged["Authorization"] = f"Basic {token}"
+    extensions: dict[str, Any] = {"timeout": httpx.Timeout(timeout).as_dict()}
+    if vetted.scheme == "https":
+        extensions["sni_hostname"] = vetted.host
+    return httpx.Request(
+        "POST",
+        original.copy_with(host=vetted.ip),
+        content=body,
+        headers=merged,
+        extensions=extensions,
+    )
+
+
+class Answer(msgspec.Struct, frozen=True):
+    """What the drainer needs from one answer: status, Retry-After, the start of the body."""
+
+    status: int
+    retry_after: str | None
+    body: bytes
+    ip: str
+    """The vetted address the request went to."""
+
+
+async def send_vetted(
+    transport: httpx.AsyncBaseTransport,
+    url: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    allow: Sequence[Network],
+    timeout: float,
+    *,
+    max_body: int = MAX_RESPONSE_BODY,
+    cache: VettingCache | None = None,
+    now: float = 0.0,
+) -> Answer:
+    """Vet `url` (or take its address from `cache`, read at monotonic time `now`) and POST
+    `body` to the vetted address through `transport` (see `new_transport`): no redirects, no
+    cookies, no client layers, one request per call.
+
+    The whole attempt (resolution included) is bounded by `timeout` seconds and raises
+    httpx.TimeoutException past it. At most `max_body` raw bytes of the answer are read (a longer
+    answer's connection is closed, not reused). Raises BlockedAddress / ResolutionFailed before
+    anything is sent, httpx errors after; `error_kind` maps them for `retry.decide`.
+    """
+    request: httpx.Request | None = None
+    with trio.move_on_after(timeout):
+        vetted = cache.get(url, allow, now) if cache is not None else None
+        if vetted is None:
+            vetted = await vet_url(url, allow)
+            if cache is not None:
+                cache.put(url, allow, vetted, now)
+        request = pinned_post(url, vetted, body, headers, timeout)
+        response = await transport.handle_async_request(request)
+        stream = response.stream
+        assert isinstance(stream, httpx.AsyncByteStream)
+        try:
+            content = b""
+            async for chunk in stream:
+                content += chunk
+                if len(content) >= max_body:
+                    break
+        finally:
+            await stream.aclose()
+        return Answer(
+            response.status_code, response.headers.get("retry-after"), content[:max_body], vetted.ip
+        )
+    raise httpx.TimeoutException(f"no answer within {timeout:g} s", request=request)
 
 
 async def post_vetted(
@@ -231,13 +375,9 @@ async def post_vetted(
     *,
     max_body: int = MAX_RESPONSE_BODY,
 ) -> httpx.Response:
-    """Vet `url`, POST `body` to the vetted address, never follow redirects.
-
-    The whole attempt (resolution included) is bounded by `timeout` seconds and raises
-    httpx.TimeoutException past it. The returned response holds at most `max_body` bytes of
-    the body. Raises BlockedAddress / ResolutionFailed before anything is sent, httpx errors
-    after; `error_kind` maps them for `retry.decide`.
-    """
+    """Like `send_vetted`, through an httpx.AsyncClient (e.g. one from `new_client`), returning
+    an httpx.Response holding at most `max_body` bytes of the body, with
+    `extensions["vetted_ip"]` saying where the request went."""
     request: httpx.Request | None = None
     with trio.move_on_after(timeout):
         vetted = await vet_url(url, allow)
@@ -275,12 +415,31 @@ def error_kind(exc: BaseException) -> str:
     return "network"
 
 
-def new_client(*, max_connections: int = 100) -> httpx.AsyncClient:
+def new_client(
+    *, max_connections: int = 100, max_keepalive: int = 20, verify: bool = True
+) -> httpx.AsyncClient:
     """An AsyncClient fit for `post_vetted`: no redirects, no proxies or .netrc from the
     environment (a proxy would connect on our behalf, unchecked), no cookies kept."""
     return httpx.AsyncClient(
         follow_redirects=False,
         trust_env=False,
-        limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=20),
+        verify=verify,
+        limits=httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_keepalive
+        ),
         cookies=http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
+    )
+
+
+def new_transport(
+    *, max_connections: int = 100, verify: ssl.SSLContext | bool = True
+) -> httpx.AsyncHTTPTransport:
+    """A connection pool for `send_vetted`: no proxies from the environment (a proxy would
+    connect on our behalf, unchecked); close it with `aclose()`."""
+    return httpx.AsyncHTTPTransport(
+        verify=verify,
+        trust_env=False,
+        limits=httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        ),
     )

@@ -191,7 +191,8 @@ async def test_pagination_with_next(running: Running) -> None:
 async def test_bad_input(
     running: Running, method: str, path: str, body: bytes | None, status: int, error: str
 ) -> None:
-    answer = await running.http.request(method, running.url(path), content=body)
+    headers = {"content-type": "application/json"} if body is not None else {}
+    answer = await running.http.request(method, running.url(path), content=body, headers=headers)
     assert answer.status_code == status, answer.text
     assert answer.json()["error"] == error
 
