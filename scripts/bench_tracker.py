@@ -20,7 +20,7 @@ baseline measured in the same run.
 
 Usage: .venv/bin/python scripts/bench_tracker.py [--rows 10000,1000000,10000000] [--songs N]
        [--bulk-songs N] [--rounds N] [--lag-seconds S] [--idle-seconds S] [--keep DIR]
-Run it under `flock /tmp/crawld-heavy.lock` (it loads the machine for a few minutes).
+Run it when nothing else heavy runs: it loads the machine for a few minutes.
 """
 
 from __future__ import annotations
@@ -663,12 +663,14 @@ async def lag_run(
         steps.on = False
         figures = lag_figures(tracker, ["milestone", "new", "normal"])
         proxy = delegate.status()[0]
+        planned = await tracker.store.read(functools.partial(outcomes, start=start))
     trio.lowlevel.remove_instrument(steps)
     after = await sim_stats(base)
     requests = {k: v - before["requests"].get(k, 0) for k, v in after["requests"].items()}
     longest, p99 = steps.summary()
     return {
         "lags": figures,
+        "outcomes": planned,
         "singles_planned": singles,
         "rejected_412": after["rejected_412"] - before["rejected_412"],
         "requests": requests,
@@ -677,6 +679,32 @@ async def lag_run(
         "loop_p99_ms": p99,
         "loop_longest_task": steps.longest_task,
     }
+
+
+def outcomes(conn: apsw.Connection, *, start: int) -> dict[str, dict[str, Any]]:
+    """What became of the schedules the run planned (created at `start`), per type: counts by
+    status, and for the completed ones how long after the planned time they finished (the
+    snapshot stored, request latency included)."""
+    out: dict[str, dict[str, Any]] = {}
+    for type_, status, n in conn.execute(
+        "SELECT type, status, count(*) FROM tracker_schedules WHERE created_ms = ?"
+        " GROUP BY type, status",
+        (start,),
+    ):
+        out.setdefault(type_, {})[status] = n
+    for type_, entry in out.items():
+        late = [
+            r[0]
+            for r in conn.execute(
+                "SELECT finished_ms - planned_ms FROM tracker_schedules WHERE created_ms = ?"
+                " AND type = ? AND status = 'completed'",
+                (start, type_),
+            )
+        ]
+        p50, p99 = rules.lag_percentiles(late, (0.5, 0.99))
+        entry["done_p50_s"] = None if p50 is None else p50 / 1000
+        entry["done_p99_s"] = None if p99 is None else p99 / 1000
+    return out
 
 
 def lag_section(workdir: Path, songs: int, seconds: float, idle_seconds: float) -> dict[str, Any]:
@@ -698,6 +726,12 @@ def lag_section(workdir: Path, songs: int, seconds: float, idle_seconds: float) 
             if f["count"]:
                 parts.append(f"{type_} p50 {f['p50_s']:.2f} s p99 {f['p99_s']:.2f} s "
                              f"(n={f['count']})")  # fmt: skip
+        for type_, entry in sorted(run["outcomes"].items()):
+            counts = ", ".join(f"{k} {v}" for k, v in entry.items() if not k.startswith("done"))
+            if entry["done_p99_s"] is not None:
+                counts += (f"; finished {entry['done_p50_s']:.2f} s (p50) / "
+                           f"{entry['done_p99_s']:.2f} s (p99) after the planned time")  # fmt: skip
+            parts.append(f"{type_} planned: {counts}")
         print(f"  {name}: " + "; ".join(parts) + f"; requests {run['requests']}, "
               f"-412 answers {run['rejected_412']}, held back by the limiter "
               f"{run['skipped_limited']}x; longest loop step {run['loop_max_ms']:.1f} ms "

@@ -230,6 +230,7 @@ class BilibiliSim:
         limits: list[Limit] | None = None,
         bulk_limits: list[Limit] | None = None,
         latency_ms: tuple[int, int] = (0, 0),
+        transit_ms: tuple[int, int] = (0, 0),
     ) -> None:
         self.clock = clock
         self.rng = random.Random(seed)
@@ -241,6 +242,9 @@ class BilibiliSim:
         """Extra limits on the bulk endpoint."""
         self.latency_ms = latency_ms
         """(least, most) ms before each answer, uniformly drawn."""
+        self.transit_ms = transit_ms
+        """(least, most) ms a request takes to arrive, before the rate limit sees it: uneven
+        transit brings requests closer together than they were sent."""
         self.videos: dict[int, SimVideo] = {}
         self._by_time: list[tuple[int, int]] = []
         """(published_ms, aid) of every video, ascending: newlist reads it from the end."""
@@ -418,6 +422,8 @@ class BilibiliSim:
         endpoint = ENDPOINTS.get(path)
         if endpoint is None:
             return 404, _encode({"code": -404, "message": "啥都木有", "ttl": 1})
+        if self.transit_ms[1] > 0:
+            await trio.sleep(self.rng.uniform(*self.transit_ms) / 1000)
         self.requests[endpoint] += 1
         self.requests_by_client[client] += 1
         if not self._admit(client, endpoint, self.clock()):

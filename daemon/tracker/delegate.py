@@ -35,6 +35,10 @@ log = get_logger("tracker.net")
 REQUEST_TIMEOUT = 10.0
 """Seconds for a direct or proxied request (the reference aborts native fetches after 10 s)."""
 RELAY_TIMEOUT = 15.0
+JITTER_MARGIN_MS = 100
+"""Each window keeps this much of its burst unused (at most all but one request), so a request
+delayed in transit by up to this long relative to the next one never makes Bilibili see a
+limit exceeded. Steady rates are unchanged; bursts are that much smaller."""
 HEADERS = {
     "User-Agent": "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) "
     "Chrome/131.0 Safari/537.36",
@@ -83,8 +87,10 @@ class NetworkDelegate:
         clock: EpochClock,
         http: httpx.AsyncClient | None = None,
         rng: random.Random | None = None,
+        margin_ms: int = JITTER_MARGIN_MS,
     ) -> None:
         self.clock = clock
+        self.margin_ms = margin_ms
         self.rng = rng or random.Random()
         self._own_shared = http is None
         self._shared = http or httpx.AsyncClient(timeout=REQUEST_TIMEOUT)
@@ -107,7 +113,7 @@ class NetworkDelegate:
         old = self._proxies
         fresh: dict[str, _Proxy] = {}
         for config in proxies:
-            limiter = ProxyLimiter(config.limits, config.bulk_limits, now)
+            limiter = ProxyLimiter(config.limits, config.bulk_limits, now, self.margin_ms)
             before = old.get(config.name)
             if before is not None:
                 limiter.take_over(before.limiter)
@@ -264,6 +270,7 @@ class NetworkDelegate:
                 "skipped_limited": p.limited,
                 "refused_412": p.refused,
                 "last_error": p.last_error,
+                "jitter_margin_ms": self.margin_ms,
                 "limits": p.limiter.fill(now),
             }
             for name, p in self._proxies.items()

@@ -35,7 +35,11 @@ class ProxyLimiter:
     """The GCRA windows of one proxy; `now` is epoch ms on the delegate's clock. A window with
     no known history starts conservatively (its burst spent at `now`)."""
 
-    def __init__(self, limits: list[Limit], bulk_limits: list[Limit], now: int) -> None:
+    def __init__(
+        self, limits: list[Limit], bulk_limits: list[Limit], now: int, margin_ms: int = 0
+    ) -> None:
+        self.margin_ms = margin_ms
+        """Slack kept in every window against transit jitter (see `ratelimit.window_gcra`)."""
         self.common = _windows("all", limits)
         self.bulk = _windows("bulk", bulk_limits)
         self.windows = dict(self.common + self.bulk)
@@ -49,7 +53,9 @@ class ProxyLimiter:
     def try_acquire(self, now: int, *, bulk: bool) -> bool:
         """Reserve one request at `now` in every applicable window, or nothing and False."""
         windows = self._applicable(bulk)
-        reserved = reserve_all([self.tats[key] for key, _ in windows], now, [w for _, w in windows])
+        reserved = reserve_all(
+            [self.tats[key] for key, _ in windows], now, [w for _, w in windows], self.margin_ms
+        )
         if reserved is None:
             return False
         for (key, _), tat in zip(windows, reserved, strict=True):
@@ -60,7 +66,7 @@ class ProxyLimiter:
         """The first ms >= now when a request would be allowed."""
         windows = self._applicable(bulk)
         return earliest_conforming(
-            [self.tats[key] for key, _ in windows], now, [w for _, w in windows]
+            [self.tats[key] for key, _ in windows], now, [w for _, w in windows], self.margin_ms
         )
 
     def exhaust(self, now: int) -> None:

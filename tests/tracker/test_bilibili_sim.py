@@ -82,7 +82,10 @@ def fresh(delegate: NetworkDelegate) -> NetworkDelegate:
 
 @contextlib.asynccontextmanager
 async def client_for(
-    sim: BilibiliSim, clock: EpochClock, proxies: list[ProxyConfig] | None = None
+    sim: BilibiliSim,
+    clock: EpochClock,
+    proxies: list[ProxyConfig] | None = None,
+    margin_ms: int = 0,
 ) -> AsyncIterator[tuple[BiliClient, NetworkDelegate, str]]:
     async with serving(sim) as base, httpx.AsyncClient() as http:
         configs = [
@@ -91,7 +94,7 @@ async def client_for(
             if p.url else p
             for p in proxies or [ProxyConfig(name="direct")]
         ]  # fmt: skip
-        delegate = fresh(NetworkDelegate(configs, clock=clock, http=http))
+        delegate = fresh(NetworkDelegate(configs, clock=clock, http=http, margin_ms=margin_ms))
         yield BiliClient(delegate, base), delegate, base
         await delegate.aclose()
 
@@ -294,12 +297,12 @@ async def test_restart_keeps_limits(
     (aid,) = sim.publish(1)
     url_path = f"/x/web-interface/view?aid={aid}"
     async with serving(sim) as base, httpx.AsyncClient() as http:
-        first = fresh(NetworkDelegate([ProxyConfig(name="d")], clock=clock, http=http))
+        first = fresh(NetworkDelegate([ProxyConfig(name="d")], clock=clock, http=http, margin_ms=0))
         for _ in range(20):
             await first.request(base + url_path, "snapshot")
         await first.save_state(store, final=clean)
 
-        second = NetworkDelegate([ProxyConfig(name="d")], clock=clock, http=http)
+        second = NetworkDelegate([ProxyConfig(name="d")], clock=clock, http=http, margin_ms=0)
         before_load = clock()
         await second.load_state(store)
         saved, restored = first.state(), second.state()
@@ -389,3 +392,57 @@ async def test_412_in_a_200_answer_also_holds_the_proxy_back(
             await client.view_stat(aid)
         await trio.sleep(1)
         assert (await client.view_stat(aid)).value.views == 0
+
+
+async def test_newlist_paging_and_bad_parameters(autojump_clock: trio.testing.MockClock) -> None:
+    clock = trio_epoch_clock(START_MS)
+    sim = BilibiliSim(clock)
+    aids = [sim.add_video(published_ms=START_MS - (100 - i) * 1000) for i in range(95)]
+    sim.delete(aids[-1], 62002)
+    async with serving(sim) as base, httpx.AsyncClient(base_url=base) as http:
+
+        async def page(**params: object) -> dict[str, object]:
+            answer = await http.get("/x/web-interface/newlist", params=params)
+            result: dict[str, object] = answer.json()
+            return result
+
+        seen = []
+        for pn in range(1, 5):
+            data = (await page(rid=30, ps=30, pn=pn))["data"]
+            seen += [a["aid"] for a in data["archives"]]  # type: ignore[index]
+        assert seen == list(reversed(aids[:-1]))  # newest first, the hidden one left out
+        assert (await page(rid=31, ps=30, pn=1))["data"] == {
+            "archives": [], "page": {"count": 0, "num": 1, "size": 0}
+        }  # fmt: skip
+        for bad in ({"ps": 0}, {"ps": 51}, {"pn": 0}, {"pn": "x"}):
+            assert (await page(rid=30, **bad))["code"] == -400
+        assert (await http.get("/x/web-interface/view")).json()["code"] == -400
+        assert (await http.get("/x/web-interface/nope")).status_code == 404
+
+
+@pytest.mark.parametrize("margin_ms", [0, 100])
+async def test_transit_jitter_needs_the_margin(
+    margin_ms: int, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Requests sent exactly at the limit but delayed unevenly in transit (0-60 ms) arrive
+    closer together than they were sent: without a margin Bilibili sees the limit exceeded."""
+    clock = trio_epoch_clock(START_MS)
+    sim = BilibiliSim(clock, seed=3, transit_ms=(0, 60))
+    (aid,) = sim.publish(1)
+    url = None
+    async with client_for(sim, clock, margin_ms=margin_ms) as (client, delegate, _):
+        url = f"{client.base_url}/x/web-interface/view?aid={aid}"
+
+        async def worker() -> None:
+            for _ in range(60):
+                with contextlib.suppress(UpstreamError):  # a 412
+                    await delegate.request(url, "snapshot", wait=60)
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(8):
+                nursery.start_soon(worker)
+    assert sim.requests["view"] == 480
+    if margin_ms:
+        assert sim.rejected_412 == 0
+    else:
+        assert sim.rejected_412 > 0

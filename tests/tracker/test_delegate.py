@@ -33,7 +33,11 @@ def make(
 ) -> NetworkDelegate:
     http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
     return NetworkDelegate(
-        proxies, clock=clock or trio_epoch_clock(START_MS), http=http, rng=random.Random(seed)
+        proxies,
+        clock=clock or trio_epoch_clock(START_MS),
+        http=http,
+        rng=random.Random(seed),
+        margin_ms=0,  # exact bursts, for counting
     )
 
 

@@ -2,7 +2,13 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.net.ratelimit import Window, conservative_tat, earliest_conforming, reserve_all
+from daemon.net.ratelimit import (
+    Window,
+    conservative_tat,
+    earliest_conforming,
+    reserve_all,
+    window_gcra,
+)
 from daemon.tracker.config import DEFAULT_BULK_LIMITS, DEFAULT_LIMITS, Limit
 from daemon.tracker.proxy_limits import ProxyLimiter, window_key
 
@@ -146,3 +152,25 @@ def test_exhaust_and_fill() -> None:
 def test_window_key_names_scope_and_size() -> None:
     assert window_key("all", DEFAULT_LIMITS[0]) == "all:20/1000ms"
     assert window_key("bulk", DEFAULT_BULK_LIMITS[2]) == "bulk:200/300000ms"
+
+
+@pytest.mark.parametrize(
+    ("window", "margin_ms", "burst", "next_ms"),
+    [
+        (Window(20, 1000), 0, 20, 50),
+        (Window(20, 1000), 100, 18, 50),  # 100 ms of slack = 2 requests of 50 ms
+        (Window(20, 1000), 120, 17, 20),  # the 20 ms left over come first
+        (Window(5, 1000), 100, 4, 100),
+        (Window(5, 1000), 250, 3, 50),
+        (Window(1, 1000), 100, 1, 1000),  # a burst of one has no slack to give
+    ],
+)
+def test_margin_shrinks_the_burst_not_the_rate(
+    window: Window, margin_ms: int, burst: int, next_ms: int
+) -> None:
+    tat, sent = 0, 0
+    while (new := window_gcra(tat, T0, window, margin_ms)) is not None:
+        tat, sent = new, sent + 1
+    assert sent == burst
+    assert earliest_conforming([tat], T0, [window], margin_ms) == T0 + next_ms
+    assert window_gcra(tat, T0 + next_ms, window, margin_ms) is not None
