@@ -95,6 +95,7 @@ class BrokerConfig(Section, frozen=True):
 WebhookEvent = Literal[
     "started", "page", "completed", "failed",
     "crawl.started", "crawl.page", "crawl.completed", "crawl.failed",
+    "batch_scrape.started", "batch_scrape.page", "batch_scrape.completed", "batch_scrape.failed",
 ]  # fmt: skip
 
 _MANAGED_HEADER_PREFIXES = ("x-firecrawl-", "webhook-")

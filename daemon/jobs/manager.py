@@ -175,8 +175,10 @@ class JobManager:
         rows: list[dict[str, Any]],
         *,
         total: int | None = None,
+        keep: bool = True,
     ) -> PendingEvents:
-        """Inside the caller's transaction: store `rows`, count them, issue the `page` event.
+        """Inside the caller's transaction: store `rows` (unless not `keep`), count them, issue
+        the `page` event.
 
         Raises JobNotFound / JobFinished (rolling the caller's transaction back, if it lets
         them through). Pass the result to `after_commit` after the transaction committed.
@@ -184,7 +186,7 @@ class JobManager:
         if job_id in self._unsaved:
             raise JobFinished(job_id, self._unsaved[job_id].status)
         record = jobstore.require_running(conn, job_id)
-        jobstore.add_rows(conn, job_id, rows, total)
+        jobstore.add_rows(conn, job_id, rows, total, keep=keep)
         pending = PendingEvents(job_id)
         self._event_in_tx(conn, record, "page", rows, None, pending)
         return pending
