@@ -8,7 +8,9 @@
 # the Host header is set to the original host[:port], and httpcore's `sni_hostname` request
 # extension makes TLS send the original name as SNI and verify the certificate against it
 # (httpcore/_async/connection.py passes it as `server_hostname` to start_tls). Redirects are
-# never followed (a 3xx is a failed attempt), so there is no second hop to re-check.
+# never followed (a 3xx is a failed attempt), so there is no second hop to re-check. The crawl
+# engine (daemon/crawl/fetch.py) reuses `vet_url` and `pinned_request` for GETs and vets each
+# redirect hop itself; it passes a `resolver` so tests can map test host names to 127.0.0.1.
 #
 # The ranges are listed here rather than taken from `ipaddress.is_global`, whose answers change
 # between Python releases; `is_global` only backs the table up (anything it calls non-global is
@@ -23,7 +25,7 @@ from __future__ import annotations
 import http.cookiejar
 import ipaddress
 import socket
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 import httpx
 import msgspec
@@ -70,6 +72,9 @@ _V6_BLOCKED: tuple[tuple[str, str], ...] = (
 _V4_TABLE = [(ipaddress.IPv4Network(n), r) for n, r in _V4_BLOCKED]
 _V6_TABLE = [(ipaddress.IPv6Network(n), r) for n, r in _V6_BLOCKED]
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+"""(host, port) -> the host's addresses; raises OSError when it does not resolve."""
 _COMPAT = ipaddress.IPv6Network("::/96")
 
 
@@ -151,8 +156,19 @@ def is_blocked(ip: str | IPAddress, allow: Sequence[Network] = ()) -> str | None
     return None if addr.is_global else f"not globally routable address {addr}"
 
 
-async def vet_url(url: str | httpx.URL, allow: Sequence[Network] = ()) -> Vetted:
-    """Resolve the URL's host and pick the first address that is not blocked.
+async def system_resolver(host: str, port: int) -> list[str]:
+    """The system resolver (getaddrinfo in a thread), addresses in its order."""
+    infos = await trio.socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+    )
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+async def vet_url(
+    url: str | httpx.URL, allow: Sequence[Network] = (), *, resolver: Resolver | None = None
+) -> Vetted:
+    """Resolve the URL's host (with `resolver`, the system's by default) and pick the first
+    address that is not blocked.
 
     Raises BlockedAddress for a non-http(s) URL or when every address is blocked, and
     ResolutionFailed when the host does not resolve.
@@ -176,12 +192,9 @@ async def vet_url(url: str | httpx.URL, allow: Sequence[Network] = ()) -> Vetted
         candidates = [literal.compressed]
     else:
         try:
-            infos = await trio.socket.getaddrinfo(
-                host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
-            )
+            candidates = await (resolver or system_resolver)(host, port)
         except (OSError, UnicodeError) as exc:
             raise ResolutionFailed(f"cannot resolve {host}: {exc}") from None
-        candidates = list(dict.fromkeys(str(info[4][0]) for info in infos))
         if not candidates:
             raise ResolutionFailed(f"cannot resolve {host}: no addresses")
     reasons = []
@@ -199,22 +212,25 @@ def pinned_request(
     client: httpx.AsyncClient,
     url: str | httpx.URL,
     vetted: Vetted,
-    body: bytes,
+    body: bytes | None,
     headers: Mapping[str, str],
-    timeout: float,
+    timeout: float | httpx.Timeout,
+    *,
+    method: str = "POST",
 ) -> httpx.Request:
-    """A POST of `body` to `vetted.ip` that keeps the URL's Host header and TLS SNI."""
+    """A `method` request (POST of `body` by default) to `vetted.ip` that keeps the URL's
+    Host header and TLS SNI."""
     original = url if isinstance(url, httpx.URL) else httpx.URL(url)
     target = original.copy_with(host=vetted.ip)
     merged = {k: v for k, v in headers.items() if k.lower() != "host"}
     merged["Host"] = original.netloc.decode("ascii")
     extensions = {"sni_hostname": vetted.host} if vetted.scheme == "https" else {}
     request = client.build_request(
-        "POST",
+        method,
         target,
         content=body,
         headers=merged,
-        timeout=httpx.Timeout(timeout),
+        timeout=timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout),
         extensions=extensions,
     )
     request.headers.pop("Cookie", None)
@@ -275,12 +291,17 @@ def error_kind(exc: BaseException) -> str:
     return "network"
 
 
-def new_client(*, max_connections: int = 100) -> httpx.AsyncClient:
+def new_client(
+    *, max_connections: int = 100, max_keepalive: int = 20, verify: bool = True
+) -> httpx.AsyncClient:
     """An AsyncClient fit for `post_vetted`: no redirects, no proxies or .netrc from the
     environment (a proxy would connect on our behalf, unchecked), no cookies kept."""
     return httpx.AsyncClient(
         follow_redirects=False,
         trust_env=False,
-        limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=20),
+        verify=verify,
+        limits=httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_keepalive
+        ),
         cookies=http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
     )
