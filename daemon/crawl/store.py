@@ -155,11 +155,23 @@ def claim_target(conn: apsw.Connection, job_id: str, key: str, url: str, depth: 
     return False
 
 
-def add_robots_blocked(conn: apsw.Connection, job_id: str, urls: Iterable[str]) -> None:
-    conn.executemany(
-        "INSERT OR IGNORE INTO crawl_robots_blocked(job_id, url) VALUES (?, ?)",
-        ((job_id, u) for u in urls),
-    )
+def state_of(conn: apsw.Connection, job_id: str, n: int) -> str | None:
+    row = conn.execute(
+        "SELECT state FROM crawl_frontier WHERE job_id = ? AND n = ?", (job_id, n)
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def add_robots_blocked(conn: apsw.Connection, job_id: str, urls: Iterable[str]) -> list[str]:
+    """Remember URLs robots.txt refused; returns those not seen before."""
+    new = []
+    for url in urls:
+        conn.execute(
+            "INSERT OR IGNORE INTO crawl_robots_blocked(job_id, url) VALUES (?, ?)", (job_id, url)
+        )
+        if conn.changes():
+            new.append(url)
+    return new
 
 
 def robots_blocked(conn: apsw.Connection, job_id: str, limit: int = 10_000) -> list[str]:

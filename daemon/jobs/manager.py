@@ -23,7 +23,7 @@ import functools
 import random
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -132,9 +132,15 @@ class JobManager:
     # -- producers -------------------------------------------------------------------------
 
     async def create_job(
-        self, kind: str, *, webhook: WebhookSpec | None, source: dict[str, Any]
+        self,
+        kind: str,
+        *,
+        webhook: WebhookSpec | None,
+        source: dict[str, Any],
+        setup: Callable[[apsw.Connection, str], None] | None = None,
     ) -> str:
-        """Create a running job (emitting `{kind}.started`); returns its id."""
+        """Create a running job (emitting `{kind}.started`); returns its id. `setup(conn, id)`
+        runs in the same transaction (a producer's own rows for the job)."""
         if kind not in jobstore.KINDS:
             raise ValueError(f"unknown job kind {kind!r}; expected one of {sorted(jobstore.KINDS)}")
         job_id = str(uuid.uuid4())
@@ -152,6 +158,8 @@ class JobManager:
                 at_ms=at,
                 expires_ms=at + self.ttl_ms,
             )
+            if setup is not None:
+                setup(conn, job_id)
             record = jobstore.get_job(conn, job_id)
             assert record is not None
             pending = PendingEvents(job_id)

@@ -22,6 +22,8 @@ from daemon.store import one
 Status = Literal["scraping", "completed", "failed", "cancelled"]
 FINISHED: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 KINDS: frozenset[str] = frozenset({"crawl", "batch_scrape"})
+ROBOTS_BLOCKED = "ROBOTS_BLOCKED"
+"""The error code of a URL robots.txt kept a crawl from (listed as `robotsBlocked`)."""
 
 
 class JobNotFound(LookupError):
