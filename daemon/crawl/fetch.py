@@ -145,6 +145,12 @@ def _failure(exc: httpx.HTTPError, url: str) -> FetchError:
     return FetchError("SCRAPE_SITE_ERROR", f"error fetching {shown}: {type(exc).__name__}", url)
 
 
+class _Hop(msgspec.Struct, frozen=True):
+    concurrency: int | None
+    delay: float | None
+    any_content_type: bool
+
+
 class _HostState:
     __slots__ = ("active", "lot", "next_start", "users")
 
@@ -254,6 +260,7 @@ class Fetcher:
         check_hop: Callable[[str], str | None] | None = None,
         concurrency: int | None = None,
         delay: float | None = None,
+        any_content_type: bool = False,
     ) -> FetchResult:
         """GET `url`, following up to `max_redirects` redirects by hand.
 
@@ -261,11 +268,16 @@ class Fetcher:
         a refusal raises FetchError("CRAWL_DENIAL") before anything is sent to that hop.
         `timeout` (seconds, the policy's by default) bounds the whole fetch. Bodies over
         `max_bytes` and unsupported content types raise FetchError. With a HostGate, each hop
-        holds a slot of its host (`concurrency`, `delay` as HostGate.slot)."""
+        holds a slot of its host (`concurrency`, `delay` as HostGate.slot). `any_content_type`
+        lifts the content-type check (gzipped sitemaps)."""
         budget = timeout if timeout is not None else self.policy.timeout
         with trio.move_on_after(budget):
             return await self._follow(
-                url, dict(headers or {}), not skip_tls_verification, check_hop, concurrency, delay
+                url,
+                dict(headers or {}),
+                not skip_tls_verification,
+                check_hop,
+                _Hop(concurrency, delay, any_content_type),
             )
         raise FetchError(
             "SCRAPE_TIMEOUT", f"no complete answer from {redact_url(url)} within {budget:g} s", url
@@ -277,8 +289,7 @@ class Fetcher:
         caller_headers: dict[str, str],
         verify: bool,
         check_hop: Callable[[str], str | None] | None,
-        concurrency: int | None,
-        delay: float | None,
+        hop: _Hop,
     ) -> FetchResult:
         policy = self.policy
         headers = {"User-Agent": policy.user_agent, "Accept-Encoding": "gzip, deflate"}
@@ -310,8 +321,10 @@ class Fetcher:
             request = pinned_request(client, target, vetted, None, headers, timeouts, method="GET")
             self._in_use[id(client)] = self._in_use.get(id(client), 0) + 1
             try:
-                async with self._gated(vetted.host, concurrency, delay):
-                    result = await self._exchange(client, request, url, current, redirects)
+                async with self._gated(vetted.host, hop.concurrency, hop.delay):
+                    result = await self._exchange(
+                        client, request, url, current, redirects, hop.any_content_type
+                    )
             finally:
                 self._in_use[id(client)] -= 1
                 if not self._in_use[id(client)]:
@@ -351,6 +364,7 @@ class Fetcher:
         url: str,
         current: str,
         redirects: list[str],
+        any_content_type: bool,
     ) -> FetchResult | str:
         """One hop: the final FetchResult, or the absolute URL a redirect points to."""
         try:
@@ -367,7 +381,7 @@ class Fetcher:
                         "SCRAPE_SITE_ERROR", "redirect to an invalid URL", url
                     ) from None
             content_type = response.headers.get("content-type", "")
-            if not accepted_content_type(content_type):
+            if not any_content_type and not accepted_content_type(content_type):
                 kind = content_type.split(";", 1)[0].strip()
                 raise FetchError(
                     "SCRAPE_UNSUPPORTED_FILE_ERROR", f"unsupported content type {kind!r}", url
