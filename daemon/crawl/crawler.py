@@ -180,6 +180,7 @@ class JobRun:
         self.refill_lock = trio.Lock()
         self.work_scope = trio.CancelScope()
         self.cancelled = False
+        self.started = False
         self.fetched = 0
         self.failed = 0
 
@@ -230,6 +231,7 @@ class JobRun:
             async with send:
                 with self.work_scope:
                     async with self.engine.job_slots:
+                        self.started = True
                         await self._prepare()
                         async with trio.open_nursery() as workers:
                             for _ in range(self.concurrency):
@@ -314,9 +316,10 @@ class JobRun:
             seen = self.generation
             async with self.refill_lock:
                 if not self.queue:
-                    after = self.last_n
                     rows = await self.store.read(
-                        lambda c: crawlstore.queued(c, self.job_id, after, REFILL)
+                        functools.partial(
+                            crawlstore.queued, job_id=self.job_id, after_n=self.last_n, limit=REFILL
+                        )
                     )
                     if rows:
                         self.last_n = rows[-1].n

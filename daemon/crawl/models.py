@@ -293,6 +293,24 @@ def parse_crawl(body: bytes, *, default_limit: int) -> CrawlPlan:
     )
 
 
+_plan_decoder = msgspec.json.Decoder(CrawlPlan)
+
+
+def crawl_plan(raw: bytes) -> CrawlPlan:
+    return _plan_decoder.decode(raw)
+
+
+def public_options(plan: CrawlPlan) -> dict[str, Any]:
+    """A crawl's options as /v2/crawl/active shows them: the request without its webhook
+    (its headers may hold secrets) and the client's bookkeeping keys."""
+    options = msgspec.to_builtins(plan.request)
+    for key in ("url", "webhook", "origin", "integration"):
+        options.pop(key, None)
+    options["limit"] = plan.limit
+    options["scrapeOptions"] = msgspec.to_builtins(plan.options)
+    return {k: v for k, v in options.items() if v is not None}
+
+
 def _webhook(value: str | WebhookSpec | None) -> tuple[WebhookSpec | None, list[dict[str, Any]]]:
     try:
         return webhook_spec(value), []
@@ -428,7 +446,7 @@ class ActiveCrawls(msgspec.Struct, kw_only=True):
 
 
 class FirecrawlError(msgspec.Struct, kw_only=True, omit_defaults=True):
-    success: bool = False
+    success: bool = msgspec.field(default_factory=lambda: False)  # a factory: never omitted
     error: str
     code: str | None = None
     details: list[dict[str, Any]] | None = None

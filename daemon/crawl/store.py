@@ -75,6 +75,11 @@ def _next_n(conn: apsw.Connection, job_id: str) -> int:
     return int(last) + 1
 
 
+def frontier_size(conn: apsw.Connection, job_id: str) -> int:
+    (count,) = one(conn, "SELECT count(*) FROM crawl_frontier WHERE job_id = ?", (job_id,))
+    return int(count)
+
+
 def admitted(conn: apsw.Connection, job_id: str) -> int:
     """Frontier rows holding a slot of the limit: queued or done."""
     (count,) = one(conn, "SELECT admitted FROM crawl_jobs WHERE job_id = ?", (job_id,))
