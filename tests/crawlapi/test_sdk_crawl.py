@@ -4,6 +4,7 @@ counters, pagination with `next`, errors and robotsBlocked, every crawl option."
 from __future__ import annotations
 
 from collections import Counter
+from itertools import pairwise
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -60,7 +61,7 @@ async def test_whole_site_crawl(
     assert {"/status/404", "/status/500", "/files/data.json", "/files/notes.txt"} <= got
     assert not {"/private/secret", "/script.cgi", "/files/image.png", "/pages/2"} & got
     assert not {"/index.html", "/redirect/out"} & got
-    by_path = {paths([u], site).pop(): d for u, d in zip(urls, job.data)}
+    by_path = {paths([u], site).pop(): d for u, d in zip(urls, job.data, strict=True)}
     assert by_path["/status/404"].metadata.status_code == 404
     assert by_path["/status/500"].metadata.status_code == 500
     assert by_path["/files/data.json"].markdown.startswith("```json")
@@ -198,7 +199,7 @@ async def test_delay_and_concurrency_are_honoured_at_the_site(
     times = [h.at for h in site.hits if h.path.startswith("/chain/")]
     assert len(times) == 6
     # spaced by the gate when each request starts; arrival jitters by a few ms
-    assert all(b - a >= 0.08 for a, b in zip(times, times[1:]))
+    assert all(b - a >= 0.08 for a, b in pairwise(times))
     assert times[-1] - times[0] >= 0.5
     _, job = await crawl(fc, sdk, client, site.url("/pages/0"), sitemap="skip", limit=30,
                          max_concurrency=2, include_paths=["^/pages/"],
@@ -213,7 +214,7 @@ async def test_robots_crawl_delay_applies_unless_ignored(
     await crawl(fc, sdk, client, site.url("/chain/0"), sitemap="skip",
                 include_paths=["^/chain/"], crawl_entire_domain=True)  # fmt: skip
     times = [h.at for h in site.hits if h.path.startswith("/chain/")]
-    assert all(b - a >= 0.04 for a, b in zip(times, times[1:]))
+    assert all(b - a >= 0.04 for a, b in pairwise(times))
     assert times[-1] - times[0] >= 0.2
 
 
