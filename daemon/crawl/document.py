@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urljoin
 
 import msgspec
-from html_to_markdown import ConversionOptions, PreprocessingOptions, convert
+from html_to_markdown import ConversionError, ConversionOptions, PreprocessingOptions, convert
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from daemon.crawl.fetch import FetchResult
@@ -92,7 +92,7 @@ class DocumentOptions(msgspec.Struct, frozen=True):
 
 
 def media_type(content_type: str) -> str:
-    """ "text/html; charset=utf-8" -> "text/html"."""
+    """The media type of a Content-Type value, lower-case, without parameters."""
     return content_type.split(";", 1)[0].strip().lower()
 
 
@@ -186,7 +186,7 @@ def extract_metadata(tree: LexborHTMLParser, page_url: str) -> dict[str, Any]:
     """Title, description, language, favicon, og/dc/article tags under Firecrawl's keys, and
     every meta name/property under its own name (a string, or a list when repeated)."""
     metadata: dict[str, Any] = {}
-    title = tree.css_first("title")
+    title = tree.css_first("head > title") or tree.css_first("title:not(svg title)")
     if title is not None:
         metadata["title"] = title.text(strip=True)
     html = tree.css_first("html")
@@ -288,7 +288,12 @@ def _has_content(tree: LexborHTMLParser) -> bool:
 
 
 def to_markdown(html: str, *, remove_base64_images: bool) -> str:
-    markdown = convert(html, _MARKDOWN_OPTIONS).content or ""
+    """Markdown of cleaned html; the page's plain text if the converter refuses the input
+    (a page never fails for its markup)."""
+    try:
+        markdown = convert(html, _MARKDOWN_OPTIONS).content or ""
+    except ConversionError:
+        markdown = LexborHTMLParser(html).text(separator="\n", strip=True)
     if remove_base64_images:
         markdown = _BASE64_IMAGE.sub(rf"\1({BASE64_IMAGE_REMOVED})", markdown)
     return markdown

@@ -5,27 +5,31 @@
 # vetted again and the caller's `check_hop` (the crawl scope) re-applied, so a redirect can lead
 # neither to 169.254.169.254 nor out of a crawl's scope.
 #
-# A page has one deadline covering resolution, every hop and the body, and the body is read as a
-# stream under a byte cap (decompressed bytes count). Failures are FetchError with Firecrawl's
+# A page has one time budget covering resolution, every hop and the body (time spent waiting for
+# the host's turn in the HostGate is not counted), and the body is read as a stream under a byte
+# cap (decompressed bytes count). Failures are FetchError with Firecrawl's
 # error codes, which the API returns as they are.
 #
 # Connections: plain-http hops share one client (its pool is keyed by IP and port, which is
 # harmless without TLS); https hops use a client per host name, because a pool keyed by IP would
-# reuse a TLS session verified for another name on the same address. HostGate spaces requests to
-# one host (per-host concurrency and politeness delay) across every job, on trio's clock.
+# reuse a TLS session verified for another name on the same address. Resolutions are cached for a
+# minute (a crawl asks for the same host thousands of times); the cached addresses are vetted at
+# every use. HostGate spaces requests to one host (per-host concurrency and politeness delay)
+# across every job, on trio's clock.
 from __future__ import annotations
 
 import math
 import ssl
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 from urllib.parse import urljoin
 
 import httpx
 import msgspec
 import trio
+from prometheus_client import Counter
 
 from daemon.crawl.config import CrawlConfig
 from daemon.jobs.ssrf import (
@@ -35,9 +39,11 @@ from daemon.jobs.ssrf import (
     new_client,
     parse_networks,
     pinned_request,
+    system_resolver,
     vet_url,
 )
-from daemon.redact import redact_url
+from daemon.metrics import REGISTRY
+from daemon.redact import cap, redact_url
 
 __all__ = [
     "FetchError",
@@ -58,6 +64,20 @@ _TEXT_TYPES = frozenset(
     {"application/json", "application/xml", "application/xhtml+xml", "application/rss+xml"}
 )
 _HTTPS_CLIENTS = 64
+DNS_CACHE_SECONDS = 60.0
+_GATE_PRUNE_AT = 1024
+_GATE_PRUNE_EVERY = 60.0
+_DNS_CACHE_SIZE = 4096
+
+fetches = Counter(
+    "crawld_crawl_fetches",
+    "Pages fetched by the crawl engine, by outcome (ok, or the Firecrawl error code)",
+    ["outcome"],
+    registry=REGISTRY,
+)
+fetched_bytes = Counter(
+    "crawld_crawl_fetched_bytes", "Body bytes read by the crawl engine", registry=REGISTRY
+)
 
 
 class FetchPolicy(msgspec.Struct, frozen=True):
@@ -108,6 +128,11 @@ class FetchError(Exception):
         self.url = url
 
 
+def _shown(url: str) -> str:
+    """A URL as it may appear in an error: credentials and query values masked, cut short."""
+    return cap(redact_url(url))
+
+
 def accepted_content_type(content_type: str) -> bool:
     """HTML, text/*, JSON and XML are scraped; other types (PDF, images, archives) are not.
     A missing Content-Type is accepted (the body is sniffed later)."""
@@ -135,7 +160,7 @@ def _is_tls_error(exc: BaseException) -> bool:
 
 
 def _failure(exc: httpx.HTTPError, url: str) -> FetchError:
-    shown = redact_url(url)
+    shown = _shown(url)
     if isinstance(exc, httpx.TimeoutException):
         return FetchError("SCRAPE_TIMEOUT", f"timed out fetching {shown}", url)
     if _is_tls_error(exc):
@@ -149,6 +174,29 @@ class _Hop(msgspec.Struct, frozen=True):
     concurrency: int | None
     delay: float | None
     any_content_type: bool
+
+
+class _Budget:
+    """A page's time budget, spent only while resolving and exchanging, not while waiting
+    for the host's turn in the HostGate."""
+
+    def __init__(self, seconds: float, url: str) -> None:
+        self.seconds = seconds
+        self.left = seconds
+        self.url = url
+
+    @contextmanager
+    def spend(self) -> Iterator[None]:
+        start = trio.current_time()
+        with trio.move_on_after(max(self.left, 0.0)) as scope:
+            yield
+        self.left -= trio.current_time() - start
+        if scope.cancelled_caught:
+            raise FetchError(
+                "SCRAPE_TIMEOUT",
+                f"no complete answer from {_shown(self.url)} within {self.seconds:g} s",
+                self.url,
+            )
 
 
 class _HostState:
@@ -175,6 +223,8 @@ class HostGate:
         self.per_host = per_host
         self._clock = clock
         self._hosts: dict[str, _HostState] = {}
+        self._prune_at = _GATE_PRUNE_AT
+        self._next_prune = -math.inf
 
     def active(self, host: str) -> int:
         state = self._hosts.get(host)
@@ -206,8 +256,24 @@ class HostGate:
                 state.lot.unpark_all()
         finally:
             state.users -= 1
-            if state.users == 0 and state.next_start <= self._clock():
+            now = self._clock()
+            if state.users == 0 and state.next_start <= now:
                 del self._hosts[host]
+            kept = len(self._hosts)
+            if kept > self._prune_at or (kept > _GATE_PRUNE_AT and now >= self._next_prune):
+                self._prune(now)
+
+    def _prune(self, now: float) -> None:
+        """Forget idle hosts whose politeness delay has passed (a broad crawl with a delay
+        would otherwise keep one entry per host ever visited)."""
+        for name in [n for n, s in self._hosts.items() if s.users == 0 and s.next_start <= now]:
+            del self._hosts[name]
+        self._prune_at = max(_GATE_PRUNE_AT, 2 * len(self._hosts))
+        self._next_prune = now + _GATE_PRUNE_EVERY
+
+    def __len__(self) -> int:
+        """Hosts the gate currently keeps state for."""
+        return len(self._hosts)
 
 
 class Fetcher:
@@ -222,12 +288,28 @@ class Fetcher:
     ) -> None:
         self.policy = policy
         self.gate = gate
-        self._resolver = resolver
+        self._resolver = resolver or system_resolver
+        self._dns: OrderedDict[tuple[str, int], tuple[float, list[str]]] = OrderedDict()
         self._allow = parse_networks(policy.allow_cidrs)
         self._http = new_client(max_connections=256, max_keepalive=64)
         self._https: OrderedDict[tuple[str, bool], httpx.AsyncClient] = OrderedDict()
         self._in_use: dict[int, int] = {}
         self._retired: list[httpx.AsyncClient] = []
+
+    async def _resolve(self, host: str, port: int) -> list[str]:
+        """The resolver's answer, remembered for DNS_CACHE_SECONDS (failures are not). Every
+        address is still vetted at each use, so the cache cannot let a blocked one through."""
+        key = (host, port)
+        now = trio.current_time()
+        cached = self._dns.get(key)
+        if cached is not None and cached[0] > now:
+            self._dns.move_to_end(key)
+            return cached[1]
+        addresses = await self._resolver(host, port)
+        self._dns[key] = (now + DNS_CACHE_SECONDS, addresses)
+        while len(self._dns) > _DNS_CACHE_SIZE:
+            self._dns.popitem(last=False)
+        return addresses
 
     def _client(self, scheme: str, host: str, verify: bool) -> httpx.AsyncClient:
         if scheme == "http":
@@ -270,18 +352,22 @@ class Fetcher:
         `max_bytes` and unsupported content types raise FetchError. With a HostGate, each hop
         holds a slot of its host (`concurrency`, `delay` as HostGate.slot). `any_content_type`
         lifts the content-type check (gzipped sitemaps)."""
-        budget = timeout if timeout is not None else self.policy.timeout
-        with trio.move_on_after(budget):
-            return await self._follow(
+        budget = _Budget(timeout if timeout is not None else self.policy.timeout, url)
+        try:
+            result = await self._follow(
                 url,
                 dict(headers or {}),
                 not skip_tls_verification,
                 check_hop,
                 _Hop(concurrency, delay, any_content_type),
+                budget,
             )
-        raise FetchError(
-            "SCRAPE_TIMEOUT", f"no complete answer from {redact_url(url)} within {budget:g} s", url
-        )
+        except FetchError as exc:
+            fetches.labels(exc.code).inc()
+            raise
+        fetches.labels("ok").inc()
+        fetched_bytes.inc(len(result.body))
+        return result
 
     async def _follow(
         self,
@@ -290,6 +376,7 @@ class Fetcher:
         verify: bool,
         check_hop: Callable[[str], str | None] | None,
         hop: _Hop,
+        budget: _Budget,
     ) -> FetchResult:
         policy = self.policy
         headers = {"User-Agent": policy.user_agent, "Accept-Encoding": "gzip, deflate"}
@@ -299,38 +386,47 @@ class Fetcher:
         current = url
         redirects: list[str] = []
         seen: set[str] = set()
+        previous_host: str | None = None
         while True:
             try:
                 target = httpx.URL(current)
             except httpx.InvalidURL as exc:
                 raise FetchError("SCRAPE_SITE_ERROR", f"invalid URL: {exc}", url) from None
+            if previous_host is not None and target.host != previous_host:
+                for name in list(headers):
+                    if name.lower() in _CROSS_ORIGIN_DROPPED:
+                        del headers[name]
+            previous_host = target.host
             if check_hop is not None:
                 reason = check_hop(current)
                 if reason is not None:
-                    where = f"redirect to {redact_url(current)}" if redirects else "URL"
+                    where = f"redirect to {_shown(current)}" if redirects else "URL"
                     raise FetchError("CRAWL_DENIAL", f"{where} refused: {reason}", url)
             try:
-                vetted = await vet_url(target, self._allow, resolver=self._resolver)
+                with budget.spend():
+                    vetted = await vet_url(target, self._allow, resolver=self._resolve)
             except ResolutionFailed as exc:
                 raise FetchError("SCRAPE_DNS_RESOLUTION_ERROR", exc.reason, url) from None
             except BlockedAddress as exc:
-                where = f"redirect to {redact_url(current)}" if redirects else redact_url(current)
+                where = f"redirect to {_shown(current)}" if redirects else _shown(current)
                 raise FetchError("CRAWL_DENIAL", f"{where} refused: {exc.reason}", url) from None
             client = self._client(vetted.scheme, vetted.host, verify)
             timeouts = httpx.Timeout(policy.timeout, connect=policy.connect_timeout)
             request = pinned_request(client, target, vetted, None, headers, timeouts, method="GET")
             self._in_use[id(client)] = self._in_use.get(id(client), 0) + 1
             try:
+                # Waiting for the host's turn is not the page's time: only the exchange is.
                 async with self._gated(vetted.host, hop.concurrency, hop.delay):
-                    result = await self._exchange(
-                        client, request, url, current, redirects, hop.any_content_type
-                    )
+                    with budget.spend():
+                        result = await self._exchange(
+                            client, request, url, current, redirects, hop.any_content_type
+                        )
             finally:
                 self._in_use[id(client)] -= 1
                 if not self._in_use[id(client)]:
                     del self._in_use[id(client)]
-                if self._retired:
-                    await self._close_retired()
+            if self._retired:
+                await self._close_retired()
             if isinstance(result, FetchResult):
                 return result
             redirects.append(current)
@@ -341,10 +437,6 @@ class Fetcher:
                 )
             if result in seen:
                 raise FetchError("SCRAPE_SITE_ERROR", "redirect loop", url)
-            if httpx.URL(result).host != target.host:
-                for name in list(headers):
-                    if name.lower() in _CROSS_ORIGIN_DROPPED:
-                        del headers[name]
             current = result
 
     @asynccontextmanager

@@ -18,6 +18,8 @@ from daemon.crawl.document import decode_body, media_type
 from daemon.crawl.fetch import Fetcher, FetchError
 
 AGENTS = ("FirecrawlAgent", "FireCrawlAgent")
+MAX_CRAWL_DELAY = 60.0
+"""Longest Crawl-delay honoured, in seconds (the longest `delay` a crawl may ask for)."""
 MAX_ROBOTS_BYTES = 512 * 1024
 """Bytes of robots.txt parsed (Google's limit); the rest is ignored."""
 
@@ -39,7 +41,7 @@ class Robots:
         self.sitemaps: list[str] = []
         if parser is not None:
             delays = [d for d in (parser.crawl_delay(a) for a in AGENTS) if d is not None]
-            self.crawl_delay = float(delays[0]) if delays else None
+            self.crawl_delay = min(float(delays[0]), MAX_CRAWL_DELAY) if delays else None
             self.sitemaps = list(dict.fromkeys(parser.sitemaps))
 
     @classmethod

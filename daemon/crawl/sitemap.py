@@ -24,7 +24,7 @@ from daemon.crawl.fetch import Fetcher, FetchError
 from daemon.crawl.robots import Robots
 from daemon.crawl.urls import parse_http_url, registrable_domain
 from daemon.logs import get_logger
-from daemon.redact import redact_url
+from daemon.redact import cap, redact_url
 
 log = get_logger("crawl.sitemap")
 
@@ -163,14 +163,14 @@ async def sitemap_urls(
         try:
             result = await fetcher.fetch(url, timeout=timeout, any_content_type=True)
         except FetchError as exc:
-            log.debug("sitemap not fetched", url=redact_url(url), code=exc.code)
+            log.debug("sitemap not fetched", url=cap(redact_url(url)), code=exc.code)
             continue
         if result.status_code >= 400:
             continue
         try:
             found, subs = parse_sitemap(result.body)
         except SitemapError as exc:
-            log.debug("sitemap not parsed", url=redact_url(url), error=str(exc))
+            log.debug("sitemap not parsed", url=cap(redact_url(url)), error=str(exc))
             continue
         for page in found:
             if accept is None or accept(page):

@@ -200,7 +200,10 @@ class CrawlScope(msgspec.Struct, frozen=True):
         external home page) or allowSubdomains (same registrable domain); excludePaths, then
         includePaths (unanchored, on the path or the full URL with regexOnFullURL); the
         start URL's path prefix unless crawlEntireDomain (not for external links); refused
-        file extensions. robots.txt is the crawler's check, not the scope's.
+        file extensions. robots.txt is the crawler's check, not the scope's, and so is
+        Firecrawl's "one hop" for external pages (follow no links of a page for which
+        `is_internal` is false). Patterns must have passed `compile_paths` (the request's
+        validation); an invalid one raises ValueError here.
         """
         parsed = parse_http_url(url)
         start = parse_http_url(self.start_url)

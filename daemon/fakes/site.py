@@ -25,7 +25,7 @@
 #   /files/doc.pdf, /files/image.png, /files/data.json, /files/notes.txt
 #   /rich                  nav, footer, article, code, table, base64 image, og/meta tags
 #   /robots.txt, /sitemap.xml and /sitemap_index.xml (index), /sitemap-pages.xml,
-#   /sitemap-orphans.xml.gz
+#   /sitemap-orphans.xml.gz;  /_site/stats: the request log as JSON (not itself logged)
 # blog.site.test: / and /posts/{k}, linked from the home page (allowSubdomains).
 from __future__ import annotations
 
@@ -33,10 +33,13 @@ import argparse
 import functools
 import gzip
 import signal
+import socket
+import subprocess
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
 
+import msgspec
 import trio
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -123,7 +126,18 @@ class SiteSim:
         )
 
     def app(self) -> Starlette:
-        return Starlette(routes=[Route("/{path:path}", self._handle)])
+        return Starlette(
+            routes=[
+                Route("/_site/stats", self._stats),
+                Route("/{path:path}", self._handle),
+            ]
+        )
+
+    async def _stats(self, request: Request) -> Response:
+        """The request log for a site run as its own process (benchmarks): total requests
+        and requests per path. Not itself recorded."""
+        body = {"requests": len(self.hits), "counts": dict(self.counts)}
+        return Response(msgspec.json.encode(body), media_type="application/json")
 
     async def _handle(self, request: Request) -> Response:
         host_header = request.headers.get("host", "site.test")
@@ -405,12 +419,45 @@ def host_map_resolver(hosts: dict[str, str] | None = None) -> Resolver:
     return resolve
 
 
+def _serve_in_processes(args: argparse.Namespace, extra: list[str]) -> int:
+    """Serve one listening socket from `args.processes` child processes (a benchmark's
+    crawler may outrun one hypercorn process). Request counts are per child."""
+    host, _, port = args.bind.rpartition(":")
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host.strip("[]"), int(port)))
+    sock.listen(1024)
+    sock.set_inheritable(True)
+    command = [sys.executable, "-m", "daemon.fakes.site", "--bind", f"fd://{sock.fileno()}"]
+    children = [
+        subprocess.Popen([*command, *extra], pass_fds=(sock.fileno(),))
+        for _ in range(args.processes)
+    ]
+    bound = sock.getsockname()
+    log.info("listening", url=f"http://{bound[0]}:{bound[1]}/", processes=args.processes)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    try:
+        signal.sigwait({signal.SIGTERM, signal.SIGINT})
+    finally:
+        for child in children:
+            child.terminate()
+        for child in children:
+            child.wait()
+        sock.close()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m daemon.fakes.site",
         description="A generated test website (answers for site.test, www. and blog.).",
     )
-    parser.add_argument("--bind", default="127.0.0.1:8703", help="host:port (default %(default)s)")
+    parser.add_argument(
+        "--bind", default="127.0.0.1:8703", help="host:port or fd://N (default %(default)s)"
+    )
+    parser.add_argument(
+        "--processes", type=int, default=1, help="serving processes (default %(default)s)"
+    )
     parser.add_argument("--pages", type=int, default=150, help="tree pages (default %(default)s)")
     parser.add_argument("--crawl-delay", type=float, default=None, help="robots.txt Crawl-delay")
     parser.add_argument(
@@ -418,6 +465,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     setup_logging("info")
+    if args.processes > 1:
+        extra = ["--pages", str(args.pages), "--paragraphs", str(args.paragraphs)]
+        if args.crawl_delay is not None:
+            extra += ["--crawl-delay", str(args.crawl_delay)]
+        return _serve_in_processes(args, extra)
     sim = SiteSim(pages=args.pages, crawl_delay=args.crawl_delay, paragraphs=args.paragraphs)
 
     async def serve() -> None:
@@ -427,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
                 host, port = await nursery.start(
                     functools.partial(serve_site, sim, args.bind, shutdown=stop)
                 )
-                log.info("listening", url=f"http://{host}:{port}/", pages=args.pages)
+                if not args.bind.startswith("fd://"):
+                    log.info("listening", url=f"http://{host}:{port}/", pages=args.pages)
                 async for _ in signals:
                     stop.set()
                     break

@@ -255,3 +255,44 @@ def test_clean_html_largest_srcset_by_density() -> None:
         '<img srcset="a.png 1x, b.png 3x, c.png 2x">', "http://s.test/", only_main_content=True
     )
     assert 'src="http://s.test/b.png"' in (tree.html or "")
+
+
+def test_converter_failure_falls_back_to_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    import html_to_markdown
+
+    from daemon.crawl import document
+
+    def refuse(html: str, options: object) -> object:
+        raise html_to_markdown.ConversionError("boom")
+
+    monkeypatch.setattr(document, "convert", refuse)
+    md = doc("<article><h1>Head</h1><p>Body text</p></article>")["markdown"]
+    assert md == "Head\nBody text"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        bytes(range(256)) * 50,
+        b"<div>" * 3000 + b"deep" + b"</div>" * 3000,
+        b"<ul>" + b"<li><ul>" * 1000 + b"x",
+        b'<a href="' + b"a" * 100_000 + b'">x</a>',
+        b"\x00<html><body>\x00x<img srcset=',,, 12q'></body></html>",
+        b'<base href="javascript:alert(1)"><a href="x">x</a><a href="http://[::1">bad</a>',
+    ],
+)
+def test_hostile_markup_never_raises(body: bytes) -> None:
+    d = doc(body)
+    assert isinstance(d["markdown"], str)
+    assert all(isinstance(link, str) for link in d["links"])  # type: ignore[attr-defined]
+    page_links(result(body))
+
+
+def test_title_of_the_head_not_of_an_svg() -> None:
+    page = "<body><svg><title>icon</title></svg><p>x</p></body>"
+    assert "title" not in doc(page)["metadata"]  # type: ignore[operator]
+    page = (
+        "<html><head><title>Real</title></head><body><svg><title>icon</title></svg></body></html>"
+    )
+    assert doc(page)["metadata"]["title"] == "Real"  # type: ignore[index]

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import functools
+import ssl
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import trio
+import trio.testing
 
 from daemon.crawl.fetch import Fetcher, FetchError, HostGate, accepted_content_type
 from daemon.crawl.urls import CrawlScope
@@ -109,10 +113,23 @@ async def test_dns_failure(fetcher: Fetcher) -> None:
     assert info.value.code == "SCRAPE_DNS_RESOLUTION_ERROR"
 
 
-async def test_timeout_bounds_the_whole_fetch(site: SiteSim, fetcher: Fetcher) -> None:
-    with pytest.raises(FetchError) as info:
-        await fetcher.fetch(site.url("/slow"), timeout=0.2)
-    assert info.value.code == "SCRAPE_TIMEOUT"
+async def test_timeout_bounds_the_whole_fetch(
+    site: SiteSim, fetcher: Fetcher, mock_clock: trio.testing.MockClock
+) -> None:
+    errors: list[FetchError] = []
+
+    async def fetch_slow() -> None:
+        with pytest.raises(FetchError) as info:
+            await fetcher.fetch(site.url("/slow"), timeout=5.0)
+        errors.append(info.value)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(fetch_slow)
+        while site.counts["/slow"] == 0:
+            await trio.testing.wait_all_tasks_blocked()
+        mock_clock.jump(5)  # the site would answer after 30 s
+    assert [e.code for e in errors] == ["SCRAPE_TIMEOUT"]
+    assert "within 5 s" in errors[0].message
 
 
 async def test_size_cap(site: SiteSim, fetcher: Fetcher) -> None:
@@ -250,3 +267,206 @@ async def test_gate_applies_to_fetches(site: SiteSim) -> None:
             nursery.start_soon(fetcher.fetch, site.url(f"/pages/{i}"))
     assert gate.active("site.test") == 0
     assert sum(site.counts[f"/pages/{i}"] for i in range(4)) == 4
+
+
+async def test_resolutions_are_cached_and_still_vetted(site: SiteSim) -> None:
+    calls: list[str] = []
+    table = {"site.test": "127.0.0.1", "evil.test": "169.254.169.254"}
+
+    async def resolve(host: str, port: int) -> list[str]:
+        calls.append(host)
+        return await host_map_resolver(table)(host, port)
+
+    async with Fetcher(policy(), resolver=resolve) as fetcher:
+        for path in ("/pages/1", "/pages/2", "/pages/3"):
+            await fetcher.fetch(site.url(path))
+        for _ in range(2):
+            with pytest.raises(FetchError) as info:
+                await fetcher.fetch(f"http://evil.test:{site.port}/")
+            assert info.value.code == "CRAWL_DENIAL"
+    assert calls == ["site.test", "evil.test"]
+
+
+async def test_outcomes_are_counted(site: SiteSim, fetcher: Fetcher) -> None:
+    from daemon.crawl.fetch import fetches
+
+    ok = fetches.labels("ok")._value.get()
+    unsupported = fetches.labels("SCRAPE_UNSUPPORTED_FILE_ERROR")._value.get()
+    await fetcher.fetch(site.url("/about"))
+    with pytest.raises(FetchError):
+        await fetcher.fetch(site.url("/files/doc.pdf"))
+    assert fetches.labels("ok")._value.get() == ok + 1
+    assert fetches.labels("SCRAPE_UNSUPPORTED_FILE_ERROR")._value.get() == unsupported + 1
+
+
+async def _serve_raw(nursery: trio.Nursery, answer: bytes) -> int:
+    """A one-shot HTTP server that writes `answer` verbatim and closes the connection."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await stream.receive_some(65536)
+        await stream.send_all(answer)
+        await stream.aclose()
+
+    nursery.start_soon(trio.serve_listeners, handler, listeners)
+    return int(listeners[0].socket.getsockname()[1])
+
+
+async def test_connection_cut_mid_body_is_an_error(fetcher: Fetcher) -> None:
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 1000\r\n\r\n<p>only part"
+    )
+    async with trio.open_nursery() as nursery:
+        port = await _serve_raw(nursery, answer)
+        with pytest.raises(FetchError) as info:
+            await fetcher.fetch(f"http://site.test:{port}/")
+        nursery.cancel_scope.cancel()
+    assert info.value.code == "SCRAPE_SITE_ERROR"
+
+
+async def test_chunked_body_cut_is_an_error(fetcher: Fetcher) -> None:
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"5\r\nhello\r\n"
+    )
+    async with trio.open_nursery() as nursery:
+        port = await _serve_raw(nursery, answer)
+        with pytest.raises(FetchError) as info:
+            await fetcher.fetch(f"http://site.test:{port}/")
+        nursery.cancel_scope.cancel()
+    assert info.value.code == "SCRAPE_SITE_ERROR"
+
+
+async def test_gzip_bomb_hits_the_size_cap(fetcher: Fetcher) -> None:
+    import gzip
+
+    bomb = gzip.compress(b"<p>" + b"a" * 4_000_000)
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: gzip\r\n"
+        + f"Content-Length: {len(bomb)}\r\n\r\n".encode()
+        + bomb
+    )
+    assert len(bomb) < 32 * 1024  # under the cap compressed, far over it decompressed
+    async with trio.open_nursery() as nursery:
+        port = await _serve_raw(nursery, answer)
+        with pytest.raises(FetchError) as info:
+            await fetcher.fetch(f"http://site.test:{port}/")
+        nursery.cancel_scope.cancel()
+    assert "size cap" in info.value.message
+
+
+def test_policy_from_config() -> None:
+    from daemon.crawl.config import CrawlConfig
+    from daemon.crawl.fetch import FetchPolicy
+
+    config = CrawlConfig(allow_cidrs=["127.0.0.0/8"], max_bytes=4096)
+    fetch_policy = FetchPolicy.from_config(config)
+    assert fetch_policy.allow_cidrs == ("127.0.0.0/8",)
+    assert fetch_policy.max_bytes == 4096
+    assert fetch_policy.user_agent == config.user_agent
+    assert fetch_policy.timeout == float(config.page_timeout)
+    assert fetch_policy.max_redirects == 10
+
+
+async def test_waiting_for_the_host_is_not_page_time(
+    site: SiteSim, mock_clock: trio.testing.MockClock
+) -> None:
+    """Virtual time stands still unless jumped: 10 s pass while the only slot of the host is
+    taken, then the page is fetched within its 5 s budget."""
+    gate = HostGate(per_host=1)
+    results: list[int] = []
+    async with Fetcher(policy(), resolver=host_map_resolver(), gate=gate) as fetcher:
+
+        async def fetch_one() -> None:
+            results.append((await fetcher.fetch(site.url("/about"), timeout=5.0)).status_code)
+
+        async with trio.open_nursery() as nursery, gate.slot("site.test"):
+            nursery.start_soon(fetch_one)
+            await trio.testing.wait_all_tasks_blocked()
+            mock_clock.jump(10)
+            await trio.testing.wait_all_tasks_blocked()
+            assert results == [] and site.counts["/about"] == 0
+    assert results == [200]
+
+
+async def test_errors_redact_and_cap_urls(fetcher: Fetcher) -> None:
+    url = "http://user:pw@169.254.169.254/" + "p" * 500 + "?token=secret"
+    with pytest.raises(FetchError) as info:
+        await fetcher.fetch(url)
+    message = info.value.message
+    assert "secret" not in message and "pw" not in message
+    assert "more characters" in message and len(message) < 400
+    assert info.value.url == url  # the caller's own value, for matching
+
+
+async def _serve_tls(nursery: trio.Nursery, tmp_path: Path, names: list[str | None]) -> int:
+    """An HTTPS server with a self-signed certificate for site.test; records the SNI of each
+    TLS connection and keeps connections alive."""
+    from tests.jobs.test_ssrf import make_cert
+
+    cert, key = make_cert(tmp_path, "site.test")
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    server_ctx.sni_callback = lambda _sock, name, _ctx: names.append(name)  # type: ignore[assignment,misc]
+    page = b"<p>secure</p>"
+
+    async def handle(raw: trio.SocketStream) -> None:
+        stream = trio.SSLStream(raw, server_ctx, server_side=True)
+        try:
+            data = b""
+            while True:
+                while b"\r\n\r\n" not in data:
+                    chunk = await stream.receive_some(65536)
+                    if not chunk:
+                        return
+                    data += chunk
+                _, data = data.split(b"\r\n\r\n", 1)
+                await stream.send_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+                    + f"Content-Length: {len(page)}\r\n\r\n".encode()
+                    + page
+                )
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+
+    listeners = await nursery.start(functools.partial(trio.serve_tcp, handle, 0, host="127.0.0.1"))
+    return int(listeners[0].socket.getsockname()[1])
+
+
+async def test_https_certificate_verified_unless_skipped(
+    tmp_path: Path, fetcher: Fetcher, nursery: trio.Nursery
+) -> None:
+    names: list[str | None] = []
+    port = await _serve_tls(nursery, tmp_path, names)
+    with pytest.raises(FetchError) as info:
+        await fetcher.fetch(f"https://site.test:{port}/")
+    assert info.value.code == "SCRAPE_SSL_ERROR"
+    result = await fetcher.fetch(f"https://site.test:{port}/", skip_tls_verification=True)
+    assert result.body == b"<p>secure</p>"
+    assert names[-1] == "site.test"
+
+
+async def test_https_hosts_on_one_address_get_their_own_connections(
+    tmp_path: Path, fetcher: Fetcher, nursery: trio.Nursery
+) -> None:
+    names: list[str | None] = []
+    port = await _serve_tls(nursery, tmp_path, names)
+    for host in ("site.test", "www.site.test", "site.test", "www.site.test"):
+        await fetcher.fetch(f"https://{host}:{port}/", skip_tls_verification=True)
+    # One TLS connection per name (kept alive and reused), never one name's for the other.
+    assert names == ["site.test", "www.site.test"]
+
+
+async def test_host_gate_forgets_idle_hosts(autojump_clock: trio.abc.Clock) -> None:
+    gate = HostGate(per_host=2)
+    for i in range(3000):
+        async with gate.slot(f"h{i}.test", delay=1.0):
+            pass
+    assert len(gate) == 3000  # every delay is still pending: all kept
+    await trio.sleep(61)
+    async with gate.slot("last.test", delay=1.0):
+        pass
+    assert len(gate) == 1
+    async with gate.slot("plain.test"):
+        assert len(gate) == 2
+    assert len(gate) == 1  # no delay: forgotten as soon as idle

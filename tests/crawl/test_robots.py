@@ -101,3 +101,7 @@ async def test_missing_robots_means_allow_all(site: SiteSim, fetcher: Fetcher) -
     robots = await fetch_robots(fetcher, site.url("", host="blog.site.test"))  # 404 page
     assert robots.allowed(site.url("/private/", host="blog.site.test"))
     assert site.counts["/robots.txt"] == 1
+
+
+def test_crawl_delay_is_capped() -> None:
+    assert Robots.parse("User-agent: *\nCrawl-delay: 86400\n").crawl_delay == 60.0
