@@ -1,7 +1,7 @@
 # The crawl and batch-scrape job runner. What to fetch lives in the store (the job's frontier), not
 # in memory: workers pull queued frontier rows in discovery order, in chunks, so a 100k-URL
 # frontier costs a chunk of memory, and a restarted daemon resumes a crawl from exactly what was
-# committed. Only the URLs in flight at a kill are fetched twice.
+# committed.
 #
 # Pages commit through one committer task per job: it takes whatever pages finished, stores them
 # in one transaction (documents and `page` events through the JobManager, frontier states, the
@@ -9,6 +9,9 @@
 # manager wake the webhook drainer, in order. That keeps the manager's contract (one producer per
 # job, events issued in commit order) without serialising the fetches, and group-commits pages
 # when a crawl is fast.
+#
+# Only the pages between fetch and commit are lost at a kill -9: at most [crawl] concurrency being
+# fetched, as many waiting for the committer and a batch of them being committed.
 #
 # Cancel (DELETE) stops the fetch workers at once; the committer still stores what had finished,
 # then the job gets its final status and terminal event. A daemon shutdown cancels everything and
@@ -50,7 +53,7 @@ log = get_logger("crawl")
 REFILL = 256
 """Queued frontier rows a job loads at a time."""
 COMMIT_BATCH = 64
-"""Most finished pages stored in one transaction."""
+"""Most finished pages stored in one transaction (and at most [crawl] concurrency)."""
 CPU_THREADS = 2
 """Threads turning big pages into documents (html-to-markdown and selectolax release the GIL)."""
 INLINE_BYTES = 128 * 1024
@@ -231,7 +234,9 @@ class JobRun:
         await self._purge()
 
     async def _work(self) -> None:
-        send, recv = trio.open_memory_channel[Outcome](math.inf)
+        # Bounded so fetching cannot run far ahead of storing: a kill loses (and a restart
+        # fetches again) at most the pages being fetched, waiting here and being committed.
+        send, recv = trio.open_memory_channel[Outcome](self.engine.config.concurrency)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._committer, recv)
             async with send:
@@ -394,7 +399,7 @@ class JobRun:
         async with recv:
             async for first in recv:
                 batch = [first]
-                while len(batch) < COMMIT_BATCH:
+                while len(batch) < min(COMMIT_BATCH, self.engine.config.concurrency):
                     try:
                         batch.append(recv.receive_nowait())
                     except (trio.WouldBlock, trio.EndOfChannel):

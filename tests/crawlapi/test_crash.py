@@ -1,6 +1,7 @@
 """kill -9 of a real crawld process in the middle of a 500-page crawl: after a restart the crawl
 resumes from its frontier and completes with every page exactly once in /v2/crawl/{id}, each URL
-fetched at most twice (only those in flight at the kill), and the webhook events in order."""
+fetched at most twice (only those fetched but not yet committed at the kill), and the webhook
+events in order."""
 
 from __future__ import annotations
 
@@ -133,7 +134,8 @@ concurrency = {CONCURRENCY}
     fetched = Counter(p for p in site.counts.elements() if p.startswith("/pages/"))
     assert max(fetched.values()) <= 2
     refetched = [p for p, n in fetched.items() if n == 2]
-    assert len(refetched) <= CONCURRENCY  # only the pages in flight at the kill
+    # only pages between fetch and commit at the kill: being fetched, waiting, being committed
+    assert len(refetched) <= 3 * CONCURRENCY
 
     rx.check()  # in order, nothing after the terminal, resends identical
     events = rx.events(job_id)
