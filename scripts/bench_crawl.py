@@ -10,8 +10,8 @@ runs, one after the other (interleaved, so machine load hits both alike):
   honoured, the same concurrency, and per page only the extraction of `<a href>` links (no
   markdown, no storage) - the fastest reasonable baseline for "crawl the site".
 
-Then the frontier figure: crawld crawling a hub page that links 100,000 URLs (delay 1 s, so the
-frontier stays full), RSS once all 100,000 are queued.
+Then the frontier figure: crawld's RSS once 100,000 URLs are queued, found on 100 hub pages of
+1,000 links each, and on one page linking all 100,000 (the worst case: one huge page in memory).
 
 Scrapy is not a dependency of crawld: install it in a separate virtualenv and pass its python,
 e.g. `python3.11 -m venv /tmp/scrapy-venv && /tmp/scrapy-venv/bin/pip install scrapy==2.19.0`.
@@ -84,12 +84,21 @@ SPIDER = textwrap.dedent(
 HUB = textwrap.dedent(
     """
     import http.server, sys
-    count = int(sys.argv[2])
-    hub = ("<html><body>" + "".join(f'<a href="/p/{i}">{i}</a>' for i in range(count))
-           + "</body></html>").encode()
+    count, per_page = int(sys.argv[2]), int(sys.argv[3])
+    def links(urls):
+        return ("<html><body>" + "".join(f'<a href="{u}">{u}</a>' for u in urls)
+                + "</body></html>").encode()
+    hubs = range((count + per_page - 1) // per_page)
+    top = links(f"/hub/{k}" for k in hubs)
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):
-            body = hub if self.path == "/hub" else b"<html><body>page</body></html>"
+            if self.path == "/hub":
+                body = top
+            elif self.path.startswith("/hub/"):
+                k = int(self.path[5:])
+                body = links(f"/p/{i}" for i in range(k * per_page, min(count, (k + 1) * per_page)))
+            else:
+                body = b"<html><body>page</body></html>"
             if self.path == "/robots.txt":
                 self.send_response(404); self.end_headers(); return
             self.send_response(200)
@@ -202,17 +211,22 @@ def scrapy_round(
     return result["pages"] / result["seconds"], result["rss_mib"], result["pages"]
 
 
-def frontier_rss(count: int) -> tuple[float, float, int]:
+def frontier_rss(count: int, per_page: int) -> tuple[float, float, int]:
+    """crawld's RSS once `count` URLs are queued, found on hub pages of `per_page` links each
+    (the hub pages come first in the frontier, so their links are all queued before the first
+    of them is fetched)."""
     port = free_port()
-    hub = subprocess.Popen([sys.executable, "-c", HUB, str(port), str(count)])
+    hub = subprocess.Popen([sys.executable, "-c", HUB, str(port), str(count), str(per_page)])
     daemon = Crawld(4)
+    hubs = (count + per_page - 1) // per_page
     try:
         wait_up(f"http://127.0.0.1:{port}/robots.txt")
         idle = proc_status(daemon.proc.pid, "VmRSS")
         job = daemon.start({"url": f"http://127.0.0.1:{port}/hub", "sitemap": "skip",
-                            "limit": count + 1, "delay": 1, "crawlEntireDomain": True})  # fmt: skip
-        deadline = time.monotonic() + 120
-        while (status := daemon.status(job))["total"] < count + 1:
+                            "limit": count + hubs + 1, "crawlEntireDomain": True,
+                            "maxConcurrency": 1})  # fmt: skip
+        deadline = time.monotonic() + 300
+        while (status := daemon.status(job))["total"] < count + hubs + 1:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"frontier reached only {status['total']} URLs")
             time.sleep(0.1)

@@ -120,3 +120,18 @@ async def test_async_client_gets_server_defaults(base_url: str, sdk: Any, site: 
     assert [d.metadata_dict["source_url"] for d in job.data] == [site.url("/chain/4")]
     assert "About" in doc.markdown
     assert len(mapped.links) == 5
+
+
+async def test_batch_webhook_events(
+    fc: Firecrawl, sdk: Any, client: httpx.AsyncClient, site: SiteSim, rx: Any
+) -> None:
+    started = await sdk(fc.start_batch_scrape, [site.url("/about"), site.url("/rich")],
+                        webhook=rx.url())  # fmt: skip
+    events = await rx.wait_delivered(4, started.id)
+    rx.check()
+    assert [e.type for e in events] == [
+        "batch_scrape.started",
+        "batch_scrape.page",
+        "batch_scrape.page",
+        "batch_scrape.completed",
+    ]

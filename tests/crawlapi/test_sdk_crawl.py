@@ -294,3 +294,15 @@ async def test_unknown_job_and_bad_requests(client: httpx.AsyncClient, site: Sit
     assert answer.status_code == 400 and "includePaths[0]" in answer.text
     answer = await client.post("/v2/crawl", json={"url": "ftp://x"})
     assert answer.status_code == 400
+
+
+async def test_allow_external_links_follows_one_hop_out(
+    fc: Firecrawl, sdk: Any, client: httpx.AsyncClient, site: SiteSim
+) -> None:
+    job_id, _ = await crawl(fc, sdk, client, site.url("/"), sitemap="skip",
+                              allow_external_links=True, max_discovery_depth=1)  # fmt: skip
+    errors = await sdk(fc.get_crawl_errors, job_id)
+    external = [e for e in errors.errors if e.url == "http://other.test/page"]
+    # followed (other.test does not resolve here), social links and mail never
+    assert [e.code for e in external] == ["SCRAPE_DNS_RESOLUTION_ERROR"]
+    assert not [e for e in errors.errors if "twitter.com" in e.url or "mailto" in e.url]
