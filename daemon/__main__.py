@@ -13,6 +13,7 @@ from daemon.logs import get_logger, setup_logging
 
 log = get_logger("main")
 DEFAULT_CONFIG = "config.toml"
+DEFAULT_URL = "http://127.0.0.1:8700"
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -47,12 +48,32 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def status_request(config_path: str | None, url: str | None) -> tuple[str, dict[str, str]]:
+    """The /status URL and headers for `crawld status`: the address and the first API key come
+    from the config file when one is given, else `url` and $CRAWLD_API_KEY."""
+    base = url or DEFAULT_URL
+    key = os.environ.get("CRAWLD_API_KEY")
+    if config_path is not None:
+        cfg = config.load(config_path)
+        if url is None:
+            base = cfg.http.public_url or f"http://{cfg.http.bind}"
+        if cfg.http.api_key_env is not None:
+            key = config.resolve_secret(cfg.http.api_key_env, "$.http.api_key_env")
+    first = next((k.strip() for k in (key or "").split(",") if k.strip()), None)
+    headers = {"Authorization": f"Bearer {first}"} if first else {}
+    return base.rstrip("/") + "/status", headers
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     import httpx
 
-    url = args.url.rstrip("/") + "/status"
     try:
-        response = httpx.get(url, timeout=5)
+        url, headers = status_request(args.config, args.url)
+    except config.ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        response = httpx.get(url, headers=headers, timeout=5, trust_env=False)
     except httpx.HTTPError as exc:
         print(f"error: cannot reach crawld at {url}: {exc}", file=sys.stderr)
         return 1
@@ -78,7 +99,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.set_defaults(fn=_cmd_check_config)
     status = sub.add_parser("status", help="print a running daemon's /status")
-    status.add_argument("--url", default="http://127.0.0.1:8700")
+    status.add_argument(
+        "--url",
+        default=None,
+        help=f"the daemon's address (default: from --config, or {DEFAULT_URL})",
+    )
+    status.add_argument(
+        "--config",
+        default=os.environ.get("CRAWLD_CONFIG"),
+        help="read the address and the API key variable from this file (default: $CRAWLD_CONFIG);"
+        " without it the key comes from $CRAWLD_API_KEY",
+    )
     status.set_defaults(fn=_cmd_status)
     sub.add_parser(
         "demo",

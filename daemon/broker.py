@@ -1,42 +1,62 @@
-# RabbitMQ through aiormq, which is asyncio-only, in a trio daemon. Everything asyncio lives in
-# this module: one `trio_asyncio.open_loop()` per broker, and every aiormq call crosses into it
-# through `_aio()` (small asyncio-side helpers below, called with `aio_as_trio`). The rest of the
-# project sees plain trio functions and never imports aiormq.
+# RabbitMQ through aiormq, which is asyncio-only, in a trio daemon. aiormq runs on a plain asyncio
+# loop in a thread of its own (`daemon.asyncio_thread`): trio hands over one call per unit of work
+# (a window of publishes, a take, a declare), never one per message. Everything asyncio lives in
+# this module's `_aio_*` functions, which only ever run on that thread; the rest of the project
+# sees plain trio functions and never imports aiormq. The rules (properties, URLs, backoff, how
+# per-message outcomes become one error, how the confirm window is cut) are in `broker_rules`.
 #
-# Contract for publishing: `publish_batch` returns only when the broker confirmed EVERY message
-# of the batch; anything else (nack, mandatory return, lost connection, confirm timeout) raises a
-# BrokerError and the caller (the outbox drainer) retries the whole batch. Message ids are stable,
-# so a retry after an unknown outcome gives at-least-once delivery with bounded duplicates.
+# Contract for publishing: `start_publish` sends a batch and returns a handle at once; the
+# handle's `confirmed()` returns only when the broker confirmed EVERY message of the batch, and
+# anything else (nack, mandatory return, lost connection, confirm timeout) raises a BrokerError so
+# the caller (the outbox drainer) sends the whole batch again. Several batches may be in flight;
+# the caller awaits them in order. Message ids are stable, so a retry after an unknown outcome
+# gives at-least-once delivery with duplicates bounded by what was in flight.
 #
 # The connection is owned by one background task: it connects (jittered exponential backoff while
-# the broker is down), declares the queue, then watches `connection.closing` so a lost connection
-# is noticed at once and replaced. Calls never block on a dead connection: they wait a bounded
-# time for a live one and otherwise raise BrokerUnavailable.
+# the broker is down), declares the queue, then watches `connection.closing`. A lost connection
+# fails every batch still waiting for confirms at once (their asyncio tasks are cancelled), so the
+# drainer re-sends right after the reconnect instead of waiting out the confirm timeout. Calls
+# never block on a dead connection: they wait a bounded time for a live one, then raise.
 #
-# `get` (the /consume route) takes messages with a prefetch-bounded consumer rather than one
-# basic.get round trip per message, so a large take answers well before HTTP clients time out.
+# aiormq's own logger is routed to ours at debug: crawld logs each event once, in one line.
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
+from typing import Any, TypeVar
 
 import aiormq
-import msgspec
 import trio
-import trio_asyncio
 from aiormq import spec
 from aiormq.abc import AbstractChannel, AbstractConnection, DeliveredMessage
 
+from daemon.asyncio_thread import AsyncioThread, Call, LoopClosed, open_asyncio_thread
+from daemon.broker_rules import (
+    BrokerError,
+    BrokerSettings,
+    BrokerUnavailable,
+    OutgoingMessage,
+    PublishFailed,
+    QueueType,
+    ReceivedMessage,
+    amqp_url,
+    backoff,
+    declare_arguments,
+    describe,
+    message_properties,
+    publish_failed,
+    received,
+    redact_url,
+    sort_failures,
+    split_password,
+    unique_by_message_id,
+    warn_connect_failure,
+)
 from daemon.logs import get_logger
-
-if TYPE_CHECKING:
-    from daemon.config import BrokerConfig
 
 __all__ = [
     "AmqpBroker",
@@ -45,6 +65,7 @@ __all__ = [
     "BrokerUnavailable",
     "OutgoingMessage",
     "PublishFailed",
+    "Publishing",
     "ReceivedMessage",
     "amqp_url",
     "backoff",
@@ -54,212 +75,14 @@ __all__ = [
     "open_amqp_broker",
     "probe",
     "redact_url",
+    "route_client_logs",
+    "split_password",
     "unique_by_message_id",
 ]
 
 log = get_logger("broker")
 
-P = ParamSpec("P")
 T = TypeVar("T")
-
-QueueType = Literal["classic", "quorum"]
-
-
-# ---------------------------------------------------------------------------------------------
-# Errors
-
-
-class BrokerError(Exception):
-    """Base class: the operation did not complete; retrying it later is the usual answer."""
-
-
-class BrokerUnavailable(BrokerError):
-    """No usable connection, or it was lost or timed out mid-operation (outcome unknown)."""
-
-
-class PublishFailed(BrokerError):
-    """The broker refused part of a batch: message ids `returned` (unroutable), `nacked`, or
-    `invalid` (could not be encoded, e.g. a header value AMQP cannot carry)."""
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        returned: Sequence[str] = (),
-        nacked: Sequence[str] = (),
-        invalid: Sequence[str] = (),
-    ) -> None:
-        super().__init__(message)
-        self.returned = list(returned)
-        self.nacked = list(nacked)
-        self.invalid = list(invalid)
-
-
-# ---------------------------------------------------------------------------------------------
-# Values
-
-
-class BrokerSettings(msgspec.Struct, frozen=True, kw_only=True):
-    url: str
-    """AMQP URL; `password` (if given) replaces any password in it."""
-    password: str | None = None
-    queue: str = "job_data"
-    queue_type: QueueType = "classic"
-    reconnect_max: float = 30.0
-    """Cap of the reconnect backoff, in seconds."""
-    connection_name: str = "crawld"
-    """Shown by `rabbitmqctl list_connections client_properties` (URL `?name=` wins)."""
-    connect_timeout: float = 10.0
-    operation_timeout: float = 30.0
-    """Bound on one publish confirm, one get or one declare."""
-    call_wait: float = 5.0
-    """How long a call waits for a (re)connection before raising BrokerUnavailable."""
-
-    @classmethod
-    def from_config(cls, config: BrokerConfig, password: str | None) -> BrokerSettings:
-        return cls(
-            url=config.url,
-            password=password,
-            queue=config.queue,
-            queue_type=config.queue_type,
-            reconnect_max=float(config.reconnect_max),
-        )
-
-
-class OutgoingMessage(msgspec.Struct, frozen=True, kw_only=True):
-    """One message for the configured queue. `timestamp` and `expiration_ms` are milliseconds
-    (AMQP carries the timestamp in whole seconds; `expiration_ms` is sent as a decimal string)."""
-
-    body: bytes
-    message_id: str
-    expiration_ms: int | None = None
-    timestamp: int | None = None
-    headers: dict[str, Any] = {}
-    content_type: str = "application/json"
-    delivery_mode: int = 2
-    app_id: str = "crawld"
-
-    def __post_init__(self) -> None:
-        if not self.message_id:
-            raise ValueError("message_id must not be empty")
-        if self.expiration_ms is not None and self.expiration_ms < 0:
-            raise ValueError(f"expiration_ms cannot be negative, got {self.expiration_ms}")
-        if self.delivery_mode not in (1, 2):
-            raise ValueError(f"delivery_mode must be 1 or 2, got {self.delivery_mode}")
-
-
-class ReceivedMessage(msgspec.Struct, frozen=True, kw_only=True):
-    """A message taken (and acknowledged) with `get`. `timestamp` is epoch milliseconds."""
-
-    body: bytes
-    message_id: str | None
-    expiration: str | None
-    timestamp: int | None
-    headers: dict[str, Any]
-    content_type: str | None
-    delivery_mode: int | None
-    app_id: str | None
-    redelivered: bool
-
-
-# ---------------------------------------------------------------------------------------------
-# Pure helpers
-
-
-def backoff(attempt: int, cap: float, rng: random.Random, *, base: float = 0.1) -> float:
-    """Seconds to wait before retry number `attempt` (1, 2, …): equal jitter over
-    `base * 2**(attempt-1)` capped at `cap`, i.e. a value in [ceiling/2, ceiling]."""
-    if attempt < 1 or cap <= 0:
-        return 0.0
-    ceiling = min(cap, base * 2.0 ** min(attempt - 1, 60))
-    return ceiling / 2 + rng.uniform(0, ceiling / 2)
-
-
-def amqp_url(url: str, password: str | None = None, connection_name: str | None = None) -> str:
-    """`url` with `password` inserted (percent-encoded) and `?name=` added when absent."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if password is not None:
-        userinfo, at, hostport = netloc.rpartition("@")
-        user = userinfo.partition(":")[0] if at else ""
-        netloc = f"{user}:{quote(password, safe='')}@{hostport}"
-    query = parts.query
-    if connection_name and "name" not in dict(parse_qsl(query)):
-        query = urlencode([*parse_qsl(query, keep_blank_values=True), ("name", connection_name)])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def redact_url(url: str) -> str:
-    """`url` with any password replaced by `***`, for logs and /status."""
-    parts = urlsplit(url)
-    userinfo, at, hostport = parts.netloc.rpartition("@")
-    if not at or ":" not in userinfo:
-        return url
-    netloc = f"{userinfo.partition(':')[0]}:***@{hostport}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
-def split_password(url: str) -> tuple[str, str | None]:
-    """(`url` without its password, the password): the config form, with the secret apart."""
-    parts = urlsplit(url)
-    userinfo, at, hostport = parts.netloc.rpartition("@")
-    if not at or ":" not in userinfo:
-        return url, None
-    user, _, password = userinfo.partition(":")
-    netloc = f"{user}@{hostport}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)), password
-
-
-def declare_arguments(queue_type: QueueType) -> dict[str, Any]:
-    return {"x-queue-type": queue_type}
-
-
-def message_properties(message: OutgoingMessage) -> spec.Basic.Properties:
-    """The AMQP properties `publish_batch` sends for `message`."""
-    return spec.Basic.Properties(
-        content_type=message.content_type,
-        delivery_mode=message.delivery_mode,
-        message_id=message.message_id,
-        expiration=None if message.expiration_ms is None else str(message.expiration_ms),
-        timestamp=(
-            None
-            if message.timestamp is None
-            else datetime.fromtimestamp(message.timestamp / 1000, UTC)
-        ),
-        headers=dict(message.headers) if message.headers else None,
-        app_id=message.app_id,
-    )
-
-
-def unique_by_message_id(messages: Sequence[OutgoingMessage]) -> list[OutgoingMessage]:
-    """The first message of each message_id, in order."""
-    seen: set[str] = set()
-    unique = []
-    for message in messages:
-        if message.message_id not in seen:
-            seen.add(message.message_id)
-            unique.append(message)
-    return unique
-
-
-def _received(delivered: DeliveredMessage) -> ReceivedMessage:
-    props = delivered.header.properties
-    timestamp = props.timestamp
-    if timestamp is not None and timestamp.tzinfo is None:
-        timestamp = timestamp.replace(tzinfo=UTC)
-    delivery = delivered.delivery
-    return ReceivedMessage(
-        body=delivered.body,
-        message_id=props.message_id,
-        expiration=props.expiration,
-        timestamp=None if timestamp is None else round(timestamp.timestamp() * 1000),
-        headers=dict(props.headers or {}),
-        content_type=props.content_type,
-        delivery_mode=props.delivery_mode,
-        app_id=props.app_id,
-        redelivered=bool(getattr(delivery, "redelivered", False)),
-    )
-
 
 _UNBOUNDED = 0
 """Channel frame buffer size. aiormq's default (10) lets frames still arriving for a channel
@@ -273,25 +96,37 @@ _TAKE_IDLE = 0.1
 _STABLE_AFTER = 10.0
 """Seconds a connection must live before a loss restarts the backoff from its first step."""
 
-_CONNECTION_ERRORS = (
-    asyncio.CancelledError,
-    TimeoutError,
-    ConnectionError,
-    OSError,
-    aiormq.exceptions.AMQPError,
-    aiormq.exceptions.ChannelInvalidStateError,
-)
+
+# ---------------------------------------------------------------------------------------------
+# aiormq's logger
 
 
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, asyncio.CancelledError):
-        return "connection closed"
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+class _ToDebug(logging.Handler):
+    """Re-emits aiormq's records as one debug line each on our logger, without tracebacks."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        error = None
+        if record.exc_info and record.exc_info[1] is not None:
+            error = describe(record.exc_info[1])
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string in a library message must not raise here
+            message = str(record.msg)
+        log.debug(f"aiormq: {message}", level=record.levelname, error=error)
+
+
+def route_client_logs() -> None:
+    """Send aiormq's (and pamqp's) log records to crawld's broker logger at debug level: the
+    broker client already logs what happened once, in one line (idempotent)."""
+    for name in ("aiormq", "pamqp"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, _ToDebug) for h in logger.handlers):
+            logger.addHandler(_ToDebug())
+        logger.propagate = False
 
 
 # ---------------------------------------------------------------------------------------------
-# asyncio side: every function here runs as an asyncio task on the broker's loop.
+# asyncio side: every function here runs as an asyncio task on the broker's loop thread.
 
 
 async def _aio_connect(
@@ -341,7 +176,7 @@ async def _aio_wait_closed(connection: AbstractConnection, channel: AbstractChan
     if future.cancelled():
         return "connection closed"
     exc = future.exception()
-    return _describe(exc) if exc is not None else "connection closed"
+    return describe(exc) if exc is not None else "connection closed"
 
 
 async def _aio_publish_all(
@@ -351,25 +186,31 @@ async def _aio_publish_all(
     bodies: list[bytes],
     timeout: float,
 ) -> list[BaseException | None]:
-    async def one(props: spec.Basic.Properties, body: bytes) -> None:
-        # wait=False skips only the socket-drain wait (the batch is bounded); the confirm is
-        # still awaited. AbstractChannel's signature lacks `wait`, Channel has it.
-        confirm = await channel.basic_publish(  # type: ignore[call-arg]
-            body,
-            routing_key=queue,
-            properties=props,
-            mandatory=True,
-            timeout=timeout,
-            wait=False,
-        )
-        if not isinstance(confirm, spec.Basic.Ack):
-            raise RuntimeError(f"unexpected publisher confirm {confirm!r}")
-
+    # wait=False skips only the socket-drain wait (the batch is bounded); the confirm is
+    # still awaited. AbstractChannel's signature lacks `wait`, Channel has it.
+    publish: Callable[..., Coroutine[Any, Any, object]] = channel.basic_publish
     results = await asyncio.gather(
-        *(one(props, body) for props, body in zip(properties, bodies, strict=True)),
+        *(
+            publish(
+                body,
+                routing_key=queue,
+                properties=props,
+                mandatory=True,
+                timeout=timeout,
+                wait=False,
+            )
+            for props, body in zip(properties, bodies, strict=True)
+        ),
         return_exceptions=True,
     )
-    return [result if isinstance(result, BaseException) else None for result in results]
+    return [
+        None
+        if isinstance(result, spec.Basic.Ack)
+        else result
+        if isinstance(result, BaseException)
+        else RuntimeError(f"unexpected publisher confirm {result!r}")
+        for result in results
+    ]
 
 
 async def _aio_take(
@@ -457,16 +298,55 @@ class _Link:
     lost: trio.Event = field(default_factory=trio.Event)
     reason: str | None = None
     need_declare: bool = False
+    publishing: set[Call[list[BaseException | None]]] = field(default_factory=set)
+    """Publish calls waiting for confirms: all cancelled at once when the connection is lost."""
+
+
+class Publishing:
+    """A batch handed to the broker; `confirmed()` waits for the verdict on all of it."""
+
+    def __init__(
+        self,
+        broker: AmqpBroker,
+        link: _Link,
+        batch: list[OutgoingMessage],
+        call: Call[list[BaseException | None]],
+    ) -> None:
+        self._broker = broker
+        self._link = link
+        self._batch = batch
+        self._call = call
+        self._verdict: BrokerError | None = None
+        self._settled = False
+
+    def __len__(self) -> int:
+        return len(self._batch)
+
+    def abandon(self) -> None:
+        """Stop waiting for this batch (a later one failed first); its outcome no longer
+        matters because the caller sends everything after its cursor again."""
+        self._call.cancel()
+        self._link.publishing.discard(self._call)
+
+    async def confirmed(self) -> None:
+        """Return when every message was confirmed; raise PublishFailed when the broker refused
+        some, BrokerUnavailable when the connection was lost or a confirm timed out (outcome
+        unknown). Safe to call again: it answers the same."""
+        if not self._settled:
+            self._verdict = await self._broker._settle(self._link, self._batch, self._call)
+            self._settled = True
+        if self._verdict is not None:
+            raise self._verdict
 
 
 class AmqpBroker:
     """The daemon's RabbitMQ queue. Create with `open_amqp_broker`."""
 
-    def __init__(self, settings: BrokerSettings, loop: Any, rng: random.Random) -> None:
+    def __init__(self, settings: BrokerSettings, thread: AsyncioThread, rng: random.Random) -> None:
         self.settings = settings
         self._url = amqp_url(settings.url, settings.password, settings.connection_name)
         self.url = redact_url(self._url)
-        self._loop = loop
+        self._thread = thread
         self._rng = rng
         self._link: _Link | None = None
         self._link_ready = trio.Event()
@@ -503,6 +383,8 @@ class AmqpBroker:
             "rejected": self.rejected,
             "duplicates": self.duplicates,
             "reconnects": self.reconnects,
+            "confirm_window": self.settings.confirm_window,
+            "batches_in_flight": self.settings.batches_in_flight,
         }
 
     async def wait_connected(self) -> None:
@@ -515,25 +397,20 @@ class AmqpBroker:
 
     # -- operations -------------------------------------------------------------------------
 
-    async def publish_batch(self, messages: Sequence[OutgoingMessage]) -> None:
-        """Publish all `messages` concurrently (persistent, mandatory, to the queue) and return
-        when every one is confirmed. Repeated message_ids are sent once. Raises PublishFailed
-        when the broker nacks or returns any of them, BrokerUnavailable when the connection is
-        missing, lost or a confirm times out (then the outcome of each message is unknown).
-        Batches published concurrently must not share message ids."""
+    async def start_publish(self, messages: Sequence[OutgoingMessage]) -> Publishing:
+        """Send all `messages` (persistent, mandatory, to the queue) concurrently and return a
+        handle at once; its `confirmed()` gives the verdict. Repeated message_ids within the
+        batch are sent once. Raises BrokerUnavailable when there is no connection."""
         batch = unique_by_message_id(messages)
         self.duplicates += len(messages) - len(batch)
-        if not batch:
-            return
         link = await self._live_link()
         if link.need_declare:
             async with self._admin_lock:
                 await self._declare(link, passive=False)
         properties = [message_properties(message) for message in batch]
         bodies = [message.body for message in batch]
-        self.published += len(batch)
         try:
-            results = await self._aio(
+            call = self._thread.submit(
                 _aio_publish_all,
                 link.publish,
                 self.settings.queue,
@@ -541,12 +418,22 @@ class AmqpBroker:
                 bodies,
                 self.settings.operation_timeout,
             )
-        except Exception as exc:
-            raise self._unavailable(link, exc, "publish") from exc
-        self.confirmed += sum(1 for result in results if result is None)
-        failures = [(m.message_id, r) for m, r in zip(batch, results, strict=True) if r is not None]
-        if failures:
-            raise self._publish_error(link, failures, len(batch))
+        except LoopClosed as exc:
+            raise BrokerUnavailable("the broker client is closed") from exc
+        self.published += len(batch)
+        link.publishing.add(call)
+        if link.lost.is_set():  # lost between the check and now: fail it like the others
+            call.cancel()
+        return Publishing(self, link, batch, call)
+
+    async def publish_batch(self, messages: Sequence[OutgoingMessage]) -> None:
+        """Publish all `messages` and return when every one is confirmed (`start_publish`
+        followed by `confirmed()`). Raises PublishFailed when the broker nacks or returns any of
+        them, BrokerUnavailable when the connection is missing, lost or a confirm times out."""
+        if not messages:
+            return
+        publishing = await self.start_publish(messages)
+        await publishing.confirmed()
 
     async def get(self, count: int = 1) -> list[ReceivedMessage]:
         """Take up to `count` of the messages ready in the queue, in queue order, acknowledged
@@ -580,7 +467,7 @@ class AmqpBroker:
                     await self._declare(link, passive=False)
                     return []
                 raise self._unavailable(link, exc, "get") from exc
-        return [_received(message) for message in delivered]
+        return [received(message) for message in delivered]
 
     async def queue_size(self) -> int:
         """Messages ready in the queue (passive declare)."""
@@ -590,15 +477,43 @@ class AmqpBroker:
 
     # -- internals --------------------------------------------------------------------------
 
-    async def _aio(self, fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
-        if self._loop.is_closed():
-            raise BrokerUnavailable("the broker client is closed")
+    async def _aio(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
         try:
-            return await trio_asyncio.aio_as_trio(fn, loop=self._loop)(*args, **kwargs)
+            return await self._thread.run(fn, *args)
+        except LoopClosed as exc:
+            raise BrokerUnavailable("the broker client is closed") from exc
         except asyncio.CancelledError as exc:
             # A trio cancel arrives as trio.Cancelled; this one came from aiormq (connection
-            # closing) or from the loop shutting down.
+            # closing), from a lost link failing its calls, or from the loop shutting down.
             raise BrokerUnavailable("the AMQP connection closed during the operation") from exc
+
+    async def _settle(
+        self, link: _Link, batch: list[OutgoingMessage], call: Call[list[BaseException | None]]
+    ) -> BrokerError | None:
+        """Wait for a publish call and turn its per-message outcomes into one verdict."""
+        try:
+            results = await call.outcome()
+        except asyncio.CancelledError as exc:
+            return self._unavailable(link, exc, "publish")
+        except Exception as exc:
+            return self._unavailable(link, exc, "publish")
+        finally:
+            link.publishing.discard(call)
+        failures = [(m.message_id, r) for m, r in zip(batch, results, strict=True) if r is not None]
+        self.confirmed += len(batch) - len(failures)
+        if not failures:
+            return None
+        refusals = sort_failures(failures, self.settings.queue)
+        if refusals.queue_missing:
+            link.need_declare = True  # declare the queue before the next try
+        confirmed = f"{len(batch) - len(failures)} of {len(batch)} confirmed"
+        if refusals.lost:
+            # The connection went away or a confirm timed out: the outcome is unknown.
+            error = self._unavailable(link, refusals.lost[0], "publish")
+            error.args = (f"{error}; {confirmed}",)
+            return error
+        self.rejected += len(refusals.returned) + len(refusals.nacked)
+        return publish_failed(refusals, len(batch) - len(failures), len(batch))
 
     async def _live_link(self) -> _Link:
         if self._closed:
@@ -664,51 +579,9 @@ class AmqpBroker:
             return BrokerUnavailable(f"{doing}: no answer within {timeout:g}s (outcome unknown)")
         cause = exc.__cause__ if isinstance(exc, BrokerUnavailable) and exc.__cause__ else exc
         if link.connection.is_closed or link.publish.is_closed:
-            self._lose(link, _describe(cause))
-        reason = link.reason if link.lost.is_set() and link.reason else _describe(cause)
+            self._lose(link, describe(cause))
+        reason = link.reason if link.lost.is_set() and link.reason else describe(cause)
         return BrokerUnavailable(f"{doing} failed: {reason}")
-
-    def _publish_error(
-        self, link: _Link, failures: list[tuple[str, BaseException]], total: int
-    ) -> BrokerError:
-        returned: list[str] = []
-        nacked: list[str] = []
-        invalid: list[str] = []
-        lost: list[BaseException] = []
-        details: list[str] = []
-        for message_id, exc in failures:
-            if isinstance(exc, aiormq.exceptions.PublishError):
-                if not returned:
-                    code = getattr(exc.frame, "reply_code", None)
-                    text = getattr(exc.frame, "reply_text", "")
-                    details.append(f"returned {code} {text} (queue {self.settings.queue!r})")
-                    if code == 312:  # NO_ROUTE: the queue is gone; declare it before next try
-                        link.need_declare = True
-                returned.append(message_id)
-            elif isinstance(exc, aiormq.exceptions.DeliveryError):
-                nacked.append(message_id)
-            elif isinstance(exc, _CONNECTION_ERRORS):
-                lost.append(exc)
-            else:
-                if not invalid:
-                    details.append(f"message {message_id!r} not sendable: {_describe(exc)}")
-                invalid.append(message_id)
-        confirmed = f"{total - len(failures)} of {total} confirmed"
-        if lost:
-            # The connection went away or a confirm timed out: the outcome is unknown.
-            error = self._unavailable(link, lost[0], "publish")
-            error.args = (f"{error}; {confirmed}",)
-            return error
-        self.rejected += len(returned) + len(nacked)
-        if nacked:
-            details.append(f"{len(nacked)} nacked by the broker")
-        return PublishFailed(
-            f"{confirmed}; {len(returned)} returned, {len(nacked)} nacked, "
-            f"{len(invalid)} invalid: " + "; ".join(details),
-            returned=returned,
-            nacked=nacked,
-            invalid=invalid,
-        )
 
     def _lose(self, link: _Link, reason: str) -> None:
         if link.lost.is_set():
@@ -718,6 +591,10 @@ class AmqpBroker:
             self._link = None
             self._link_ready = trio.Event()
         link.lost.set()
+        # Every batch still waiting for confirms fails now: its outcome is unknown and the
+        # drainer sends it again after the reconnect, rather than after the confirm timeout.
+        for call in list(link.publishing):
+            call.cancel()
 
     async def _maintain(self) -> None:
         """The connection's owner: connect, watch, reconnect with backoff, forever."""
@@ -735,13 +612,17 @@ class AmqpBroker:
                 )
             except Exception as exc:
                 attempt += 1
-                self.last_error = _describe(exc)
-                log.warning(
-                    "cannot connect to RabbitMQ",
-                    url=self.url,
-                    error=self.last_error,
-                    attempt=attempt,
-                )
+                error = describe(exc)
+                if warn_connect_failure(attempt, error, self.last_error):
+                    log.warning(
+                        "cannot connect to RabbitMQ; retrying with backoff",
+                        url=self.url,
+                        error=error,
+                        attempt=attempt,
+                    )
+                else:
+                    log.debug("connect attempt failed", error=error, attempt=attempt)
+                self.last_error = error
                 continue
             link = _Link(connection, publish, admin)
             connected_at = trio.current_time()
@@ -751,7 +632,12 @@ class AmqpBroker:
                 self.reconnects += 1
             self._connections += 1
             self.last_error = None
-            log.info("connected to RabbitMQ", url=self.url, queue=self.settings.queue)
+            log.info(
+                "connected to RabbitMQ",
+                url=self.url,
+                queue=self.settings.queue,
+                attempts=attempt or None,
+            )
             try:
                 await self._watch(link)
             finally:
@@ -763,7 +649,7 @@ class AmqpBroker:
                 ):
                     await self._aio(_aio_close_connection, connection)
             self.last_error = link.reason
-            log.warning("RabbitMQ connection lost", url=self.url, error=link.reason)
+            log.warning("RabbitMQ connection lost; reconnecting", url=self.url, error=link.reason)
             # A connection that dies right after opening keeps backing off instead of flapping.
             short_lived = trio.current_time() - connected_at < _STABLE_AFTER
             attempt = attempt + 1 if short_lived else 1
@@ -796,11 +682,12 @@ async def open_amqp_broker(
     settings: BrokerSettings, *, rng: random.Random | None = None
 ) -> AsyncIterator[AmqpBroker]:
     """Run a broker client for the block. It connects in the background (entering never
-    blocks on RabbitMQ); leaving closes the connection, then the asyncio loop."""
+    blocks on RabbitMQ); leaving closes the connection, then the asyncio thread."""
+    route_client_logs()
     sole: BaseException | None = None
     try:
-        async with trio_asyncio.open_loop() as loop:
-            broker = AmqpBroker(settings, loop, rng or random.Random())
+        async with open_asyncio_thread("crawld-amqp") as thread:
+            broker = AmqpBroker(settings, thread, rng or random.Random())
             try:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(broker._maintain)
@@ -813,8 +700,8 @@ async def open_amqp_broker(
                 with trio.CancelScope(shield=True):
                     await broker._shutdown()
     except BaseExceptionGroup as group:
-        # The two nurseries wrap whatever the caller's block raised; hand back the exception
-        # itself so callers catch what they raised, not a doubly nested group.
+        # The nursery wraps whatever the caller's block raised; hand back the exception itself
+        # so callers catch what they raised, not a group.
         sole = _sole_exception(group)
         if sole is None:
             raise
@@ -835,22 +722,24 @@ async def probe(url: str, *, timeout: float = 3.0) -> None:
     """Open and close one AMQP connection; raises BrokerUnavailable if that fails."""
     error = await _run_alone(_aio_probe, url, timeout)
     if error is not None:
-        raise BrokerUnavailable(f"{redact_url(url)}: {_describe(error)}") from error
+        raise BrokerUnavailable(f"{redact_url(url)}: {describe(error)}") from error
 
 
 async def delete_queue(url: str, queue: str, *, timeout: float = 5.0) -> None:
     """Delete `queue` (absent is fine), over a connection of its own. For tests and tools."""
     error = await _run_alone(_aio_delete_queue, url, queue, timeout)
     if error is not None:
-        raise BrokerUnavailable(f"delete queue {queue!r}: {_describe(error)}") from error
+        raise BrokerUnavailable(f"delete queue {queue!r}: {describe(error)}") from error
 
 
-async def _run_alone(fn: Callable[..., Awaitable[None]], *args: Any) -> BaseException | None:
-    """Run one asyncio helper in a loop of its own; return its error instead of raising it
-    (inside `open_loop` it would come out wrapped in exception groups)."""
-    async with trio_asyncio.open_loop() as loop:
+async def _run_alone(
+    fn: Callable[..., Coroutine[Any, Any, None]], *args: Any
+) -> BaseException | None:
+    """Run one asyncio helper on a loop thread of its own; return its error instead of raising."""
+    route_client_logs()
+    async with open_asyncio_thread("crawld-amqp-once") as thread:
         try:
-            await trio_asyncio.aio_as_trio(fn, loop=loop)(*args)
+            await thread.run(fn, *args)
         except (Exception, asyncio.CancelledError) as exc:
             return exc
     return None

@@ -24,6 +24,7 @@ from daemon.config_types import (
     enc_hook,
 )
 from daemon.crawl.config import CrawlConfig
+from daemon.jobs import webhook_rules
 from daemon.tracker.config import TrackerConfig
 
 
@@ -50,11 +51,65 @@ class DaemonConfig(Section, frozen=True):
 class HttpConfig(Section, frozen=True):
     bind: str = "127.0.0.1:8700"
     enabled: bool = True
+    api_key_env: str | None = None
+    """Environment variable holding the API key(s), comma-separated so keys can rotate; when set,
+    every route but /healthz needs `Authorization: Bearer <key>`. Required unless bind is a
+    loopback address."""
+    metrics_public: bool = False
+    """Serve /metrics without a key (for a Prometheus that cannot send one)."""
+    hosts: list[str] = []
+    """Accepted `Host` header names ("name" or "name:port"); empty: the bind address, localhost,
+    127.0.0.1 and [::1] on the listening port. Other names get 421 (DNS rebinding)."""
+    public_url: str | None = None
+    """Base URL clients reach the API at, used in `next` links; default http://<bind>."""
+    max_body: int = 1024 * 1024
+    """Largest request body in bytes; larger ones get 413 before they are read."""
+    body_timeout: Duration = Duration(30)
+    """A request body must arrive completely within this time (408 otherwise)."""
+    read_timeout: Duration = Duration(30)
+    """A connection that sends nothing for this long is closed."""
+    keep_alive_timeout: Duration = Duration(5)
+    """An idle keep-alive connection is closed after this long."""
+    max_header_bytes: int = 16 * 1024
+    """Largest request line plus headers."""
+    max_concurrent_requests: int = 256
+    """Requests handled at once; more get 503 at once (/healthz is never refused)."""
+    backlog: int = 128
+    """Connections the kernel queues before crawld accepts them."""
 
     def __post_init__(self) -> None:
         host, sep, port = self.bind.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ValueError(f"bind must be 'host:port', got {self.bind!r}")
+        if self.api_key_env is None and not is_loopback_host(host):
+            raise ValueError(
+                f"bind {self.bind!r} is not a loopback address: name the environment variable "
+                "holding the API key at `$.http.api_key_env`"
+            )
+        if self.public_url is not None and not re.match(r"^https?://[^/\s]+", self.public_url):
+            raise ValueError(f"public_url must be an http(s) URL, got {self.public_url!r}")
+        if self.max_body < 1:
+            raise ValueError("max_body must be at least 1 byte")
+        if self.max_concurrent_requests < 1:
+            raise ValueError("max_concurrent_requests must be at least 1")
+        if self.max_header_bytes < 1024:
+            raise ValueError("max_header_bytes must be at least 1024")
+        if self.backlog < 1:
+            raise ValueError("backlog must be at least 1")
+        for name in self.hosts:
+            if not re.match(r"^(\[[0-9a-fA-F:.]+\]|[^\s/:\[\]@]+)(:\d{1,5})?$", name):
+                raise ValueError(f"hosts: {name!r} is not a host name or host:port")
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a bind host only accepts connections from this machine."""
+    host = host.strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class StoreConfig(Section, frozen=True):
@@ -80,7 +135,10 @@ class BrokerConfig(Section, frozen=True):
     queue_type: Literal["classic", "quorum"] = "classic"
     message_ttl_ms: int = 604_800_000
     confirm_window: int = 500
-    """Messages published before their confirms are awaited (one outbox batch)."""
+    """Most messages published and not yet confirmed; a crash or a lost connection sends at most
+    this many again."""
+    batches_in_flight: int = 2
+    """The confirm window is published as this many batches back to back (pipelined)."""
     reconnect_max: Duration = Duration(30)
 
     def __post_init__(self) -> None:
@@ -90,6 +148,8 @@ class BrokerConfig(Section, frozen=True):
             raise ValueError("message_ttl_ms cannot be negative")
         if not 1 <= self.confirm_window <= 10_000:
             raise ValueError("confirm_window must be between 1 and 10000")
+        if not 1 <= self.batches_in_flight <= min(16, self.confirm_window):
+            raise ValueError("batches_in_flight must be between 1 and min(16, confirm_window)")
 
 
 WebhookEvent = Literal[
@@ -98,29 +158,33 @@ WebhookEvent = Literal[
     "batch_scrape.started", "batch_scrape.page", "batch_scrape.completed", "batch_scrape.failed",
 ]  # fmt: skip
 
-_MANAGED_HEADER_PREFIXES = ("x-firecrawl-", "webhook-")
-_MANAGED_HEADERS = {"content-type", "content-length", "host"}
 
-
-class WebhookSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    """Firecrawl v2 `webhook` object; a bare URL string is accepted where this is."""
+class WebhookFields(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """The shape of a webhook setting, unchecked: what stored jobs decode into, so a setting that
+    today's rules refuse (stored by an older crawld) still loads and fails softly at delivery."""
 
     url: str
     headers: dict[str, str] = {}
     metadata: dict[str, str] = {}
     events: list[WebhookEvent] = []
 
+
+class WebhookSpec(WebhookFields, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Firecrawl v2 `webhook` object; a bare URL string is accepted where this is. Checked by
+    `daemon.jobs.webhook_rules` (header names and values, size caps on headers and metadata)."""
+
     def __post_init__(self) -> None:
         check_webhook_url(self.url)
-        for name in self.headers:
-            lowered = name.lower()
-            if lowered in _MANAGED_HEADERS or lowered.startswith(_MANAGED_HEADER_PREFIXES):
-                raise ValueError(f"header {name!r} is managed by crawld and cannot be set")
+        problem = webhook_rules.headers_problem(self.headers)
+        problem = problem or webhook_rules.metadata_problem(self.metadata)
+        if problem is not None:
+            raise ValueError(problem)
 
 
 def check_webhook_url(url: str) -> None:
-    if not re.match(r"^https?://[^/\s]+", url):
-        raise ValueError(f"webhook url must be an http:// or https:// URL, got {url!r}")
+    problem = webhook_rules.url_problem(url)
+    if problem is not None:
+        raise ValueError(f"webhook {problem}")
 
 
 def webhook_spec(value: str | WebhookSpec | None) -> WebhookSpec | None:
@@ -305,6 +369,20 @@ def resolve_secret(env_name: str | None, key_path: str) -> str | None:
     if value is None:
         raise ConfigError(f"environment variable {env_name} (named at `{key_path}`) is not set")
     return value
+
+
+def webhook_secret(cfg: WebhooksConfig) -> str | None:
+    """The webhook signing secret (`$.webhooks.secret_env`), checked; ConfigError if it is named
+    but unset or malformed (a `whsec_` secret must be base64 of 24-64 bytes)."""
+    secret = resolve_secret(cfg.secret_env, "$.webhooks.secret_env")
+    if secret is not None:
+        problem = webhook_rules.secret_problem(secret)
+        if problem is not None:
+            raise ConfigError(
+                f"environment variable {cfg.secret_env} (named at `$.webhooks.secret_env`):"
+                f" {problem}"
+            )
+    return secret
 
 
 def to_builtins(value: Any) -> Any:

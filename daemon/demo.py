@@ -3,6 +3,7 @@
 # that keeps growing, a webhook receiver prints the events it gets, and the daemon collects with
 # the embedded queue (or RabbitMQ when one answers and --broker amqp is given). The demo's
 # config is written to a file in the state directory, so `kill -HUP` reloads it like the real thing.
+# With $CRAWLD_API_KEY set, the demo's API asks for that key and the printed commands send it.
 from __future__ import annotations
 
 import argparse
@@ -21,6 +22,8 @@ from daemon.logs import get_logger, setup_logging
 
 log = get_logger("demo")
 DAY_MS = 86_400_000
+KEY_ENV = "CRAWLD_API_KEY"
+"""When set, the demo's API needs this key, as `crawld status` expects."""
 
 CONFIG = """\
 # Written by `crawld demo`. Edit it and send SIGHUP (kill -HUP {pid}) to see a reload.
@@ -30,7 +33,7 @@ log_level = "info"
 
 [http]
 bind = "{http}"
-
+{api_key}
 [broker]
 kind = "{broker}"
 url = "{amqp_url}"
@@ -93,6 +96,7 @@ async def run_demo(args: argparse.Namespace) -> int:
     from daemon.app import run_daemon
 
     state = await trio.to_thread.run_sync(_state_dir, args.state_dir)
+    keyed = bool(os.environ.get(KEY_ENV, "").strip())
     os.environ.setdefault("CRAWLD_DEMO_OCTOPARSE_PASSWORD", DEMO_PASSWORD)
     os.environ.setdefault("CRAWLD_DEMO_AMQP_PASSWORD", "guest")
     sim = OctoparseSim()
@@ -114,10 +118,13 @@ async def run_demo(args: argparse.Namespace) -> int:
             octoparse=f"http://{sim_host}:{sim_port}",
             task_id=task_id,
             receiver=f"http://{rx_host}:{rx_port}",
+            api_key=f'api_key_env = "{KEY_ENV}"\n' if keyed else "",
         )
         await trio.Path(path).write_text(text, encoding="utf-8")
         cfg = config.load(path)
         api = f"http://{args.http}"
+        auth = f' -H "Authorization: Bearer ${KEY_ENV}"' if keyed else ""
+        json_type = " -H 'Content-Type: application/json'"
         print(
             f"""
 crawld demo (pid {os.getpid()}), state in {state}
@@ -128,12 +135,12 @@ crawld demo (pid {os.getpid()}), state in {state}
   crawld API           {api}   config {path}
 
 Try, in another terminal:
-  curl -s {api}/status | python3 -m json.tool     # what every part is doing
-  curl -s {api}/queue/size                        # rows waiting in the {args.broker} queue
-  curl -s '{api}/consume?count=2' | python3 -m json.tool
-  curl -s -XPOST {api}/crawl/start -d '{{"task_id": "demo"}}'   # 409 while a run is going
+  curl -s{auth} {api}/status | python3 -m json.tool     # what every part is doing
+  curl -s{auth} {api}/queue/size                 # rows waiting in the {args.broker} queue
+  curl -s{auth} -XPOST '{api}/consume?count=2' | python3 -m json.tool   # takes them off
+  curl -s{auth}{json_type} {api}/crawl/start -d '{{"task_id": "demo"}}'   # 409 while running
   curl -s http://{rx_host}:{rx_port}/_receiver/summary             # webhook events received
-  curl -s {api}/metrics | grep crawld_
+  curl -s{auth} {api}/metrics | grep crawld_
 Stop with Ctrl-C.
 """,
             file=sys.stderr,

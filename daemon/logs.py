@@ -1,12 +1,16 @@
 # Logs go to stderr, one line per record, so journald stores each line at the right level when
 # every line (tracebacks included) starts with a `<N>` syslog priority. Context travels as
-# `key=value` pairs (component=, task=, job=) that `journalctl -g` can find.
+# `key=value` pairs (component=, task=, job=) that `journalctl -g` can find. A URL in a value
+# (an upstream, a webhook, the broker) is redacted on its way out: its password and query values
+# are not for the journal.
 from __future__ import annotations
 
 import logging
 import sys
 import traceback
 from typing import Any
+
+from daemon.redact import redact_text
 
 _PRIORITY = {
     logging.CRITICAL: 2,
@@ -37,7 +41,7 @@ def format_context(context: dict[str, Any]) -> str:
     for key, value in context.items():
         if value is None:
             continue
-        text = str(value)
+        text = redact_text(str(value))
         if not text or any(c in '"=' or c.isspace() or not c.isprintable() for c in text):
             text = '"' + "".join(map(_escape, text)) + '"'
         parts.append(f"{key}={text}")

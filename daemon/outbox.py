@@ -90,6 +90,22 @@ def read_after_cursor(conn: apsw.Connection, stream: str, limit: int) -> list[It
         " WHERE i.stream = ? AND i.seq > s.ack_cursor ORDER BY i.seq LIMIT ?",
         (stream, limit),
     ).fetchall()
+    return _items(stream, rows)
+
+
+def read_after(conn: apsw.Connection, stream: str, after_seq: int, limit: int) -> list[Item]:
+    """Up to `limit` items after both `after_seq` and the ack cursor, in order: what a drainer
+    with batches in flight reads next."""
+    rows: list[Any] = conn.execute(
+        "SELECT i.seq, i.key, i.body, i.meta, i.created_ms, i.expires_ms"
+        " FROM outbox_items i JOIN outbox_streams s ON s.stream = i.stream"
+        " WHERE i.stream = ? AND i.seq > max(s.ack_cursor, ?) ORDER BY i.seq LIMIT ?",
+        (stream, after_seq, limit),
+    ).fetchall()
+    return _items(stream, rows)
+
+
+def _items(stream: str, rows: list[Any]) -> list[Item]:
     return [
         Item(stream, seq, key, bytes(body), _meta_decoder.decode(meta), created, expires)
         for seq, key, body, meta, created, expires in rows
@@ -106,17 +122,25 @@ def ack(conn: apsw.Connection, stream: str, upto_seq: int) -> int:
     return conn.changes()
 
 
+def backlog(conn: apsw.Connection, stream: str) -> int:
+    """Items appended and not yet acknowledged, in O(1): every seq up to `last_seq` was appended
+    and only an ack (which moves the cursor) deletes items, so this is `last_seq - ack_cursor`."""
+    row = conn.execute(
+        "SELECT last_seq - ack_cursor FROM outbox_streams WHERE stream = ?", (stream,)
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def stream_state(conn: apsw.Connection, stream: str) -> StreamState:
     row = conn.execute(
         "SELECT last_seq, ack_cursor FROM outbox_streams WHERE stream = ?", (stream,)
     ).fetchone()
     last, cursor = row if row else (0, 0)
-    pending, oldest = one(
-        conn,
-        "SELECT count(*), min(created_ms) FROM outbox_items WHERE stream = ? AND seq > ?",
+    oldest = conn.execute(
+        "SELECT created_ms FROM outbox_items WHERE stream = ? AND seq > ? ORDER BY seq LIMIT 1",
         (stream, cursor),
-    )
-    return StreamState(stream, last, cursor, pending, oldest)
+    ).fetchone()
+    return StreamState(stream, last, cursor, last - cursor, oldest[0] if oldest else None)
 
 
 def list_streams(conn: apsw.Connection, prefix: str) -> list[str]:
@@ -180,12 +204,15 @@ class Outbox:
         self.notify_appended(stream)
         return seqs
 
-    async def next_batch(self, stream: str, limit: int) -> list[Item]:
-        """The next items after the ack cursor, in order; waits until there is at least one."""
+    async def next_batch(
+        self, stream: str, limit: int, *, after: int = 0, wait: bool = True
+    ) -> list[Item]:
+        """The next items after the ack cursor (and after seq `after`), in order; waits until
+        there is at least one, unless `wait` is False (then it may return none)."""
         while True:
             woken = self._signal(self._appended, stream).event
-            items = await self.store.read(lambda c: read_after_cursor(c, stream, limit))
-            if items:
+            items = await self.store.read(lambda c: read_after(c, stream, after, limit))
+            if items or not wait:
                 return items
             await woken.wait()
 
@@ -206,10 +233,11 @@ class Outbox:
         return await self.store.read(lambda c: stream_state(c, stream))
 
     async def wait_pending_below(self, stream: str, bound: int) -> None:
-        """Wait until fewer than `bound` items are pending (the producer's backpressure)."""
+        """Wait until fewer than `bound` items are pending (the producer's backpressure); each
+        check is O(1) whatever the backlog."""
         while True:
             woken = self._signal(self._acked, stream).event
-            if (await self.state(stream)).pending < bound:
+            if await self.store.read(lambda c: backlog(c, stream)) < bound:
                 return
             await woken.wait()
 

@@ -5,7 +5,9 @@
 # at length.
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 MASK = "***"
@@ -25,8 +27,9 @@ def redact_url(url: str) -> str:
     netloc = parts.netloc
     userinfo, at, hostport = netloc.rpartition("@")
     if at:
-        user = userinfo.partition(":")[0]
-        netloc = f"{user}:{MASK}@{hostport}" if user else f"{MASK}@{hostport}"
+        # "user:password@" keeps the user; a lone "token@" is a credential itself.
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}:{MASK}@{hostport}" if user and colon else f"{MASK}@{hostport}"
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
@@ -44,3 +47,36 @@ def cap(text: str, limit: int = ECHO_LIMIT) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def cap_message(text: str, limit: int = ECHO_LIMIT) -> str:
+    """Like `cap`, but a trailing key path (msgspec's " - at `$.a.b`") survives the cut."""
+    head, sep, path = text.rpartition(" - at `")
+    if not sep or len(text) <= limit:
+        return cap(text, limit)
+    return f"{cap(head, limit)}{sep}{cap(path, limit)}"
+
+
+_URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]{1,15}://[^\s'\"<>`]+")
+
+
+def redact_text(text: str) -> str:
+    """`text` with every URL in it redacted (error messages and log values quote URLs)."""
+    if "://" not in text:
+        return text
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group()), text)
+
+
+def redact_tree(value: Any) -> Any:
+    """A copy of a JSON-like value for an answer: URLs in strings redacted, the values of every
+    `headers` mapping masked (webhook specs, task settings, /status sections)."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        return {
+            k: redact_headers(v) if k == "headers" and isinstance(v, Mapping) else redact_tree(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [redact_tree(v) for v in value]
+    return value

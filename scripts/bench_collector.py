@@ -1,23 +1,28 @@
-"""Collector throughput end to end, next to raw aiormq publishing, plus peak memory for 100 tasks.
+"""Collector throughput end to end, next to raw publishing baselines, plus peak memory.
 
-1. crawld: the Octoparse simulator (its own process, like a remote upstream) serves N recent
-   rows; one run pages through them, filters them,
-   writes them to the outbox and the AMQP drainer publishes them to RabbitMQ with publisher
-   confirms. Timed from POST /crawl/start until every row is confirmed.
-2. baseline: the same message bodies and properties (persistent, mandatory, per-message TTL,
-   message ids) published with aiormq directly, `confirm_window` at a time concurrently, every
-   confirm awaited: the cost of RabbitMQ alone.
-3. memory: a `crawld run` subprocess with 100 tasks against the simulator; its peak RSS (VmHWM)
-   once every task has finished a run.
+1. crawld, AMQP: the Octoparse simulator (its own process, like a remote upstream) serves N recent
+   rows; one run pages through them, filters them, writes them to the outbox and the AMQP drainer
+   publishes them to RabbitMQ with publisher confirms (at most `--window` unconfirmed). Timed from
+   POST /crawl/start until every row is confirmed.
+2. baselines, each in a process of its own that imports nothing from `daemon`
+   (scripts/amqp_baseline.py asserts it runs on a stock asyncio loop): raw aiormq publishing the
+   same bodies with the same properties (persistent, mandatory, expiration, message_id, 3
+   headers), `--window` at a time concurrently, every confirm awaited; and a blocking-socket
+   pamqp publisher with the same rule (RabbitMQ's ceiling here).
+3. crawld, embedded queue: the same run with no broker (paging + filter + outbox only), timed until
+   the run completed; at 10k and 100k rows its rate should not fall with the backlog.
+4. memory: a `crawld run` subprocess with `--tasks` tasks against the simulator; its peak RSS
+   (VmHWM) once every task has finished a run (skip with --tasks 0).
 
+Rounds are interleaved (the broker's fsync rhythm drifts) and medians are printed with ratios.
 Needs RabbitMQ (default amqp://guest:guest@127.0.0.1:5672/, or $CRAWLD_BENCH_AMQP_URL).
-Usage: .venv/bin/python scripts/bench_collector.py [--rows N] [--window N] [--tasks N]
+Usage: .venv/bin/python scripts/bench_collector.py [--rows N,N] [--window N] [--rounds N]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import json
 import os
 import statistics
 import subprocess
@@ -25,19 +30,18 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime
 from pathlib import Path
 
-import aiormq
 import httpx
 import msgspec
 import trio
-from aiormq.abc import AbstractChannel
 
 from daemon import config
 from daemon.app import Daemon, run_daemon
 from daemon.broker import delete_queue, split_password
+from daemon.collector.crawler import TaskCrawler
 from daemon.collector.queue import AmqpQueue
+from daemon.collector.service import Collector
 from daemon.fakes.octoparse import DEMO_PASSWORD
 from daemon.systemd import Notifier
 
@@ -50,15 +54,17 @@ log_level = "warning"
 [http]
 bind = "127.0.0.1:{port}"
 [broker]
-kind = "amqp"
+kind = "{kind}"
 url = "{url}"
 password_env = "BENCH_AMQP_PW"
 queue = "{queue}"
 confirm_window = {window}
+batches_in_flight = {batches}
 [collector]
 auto_start = {auto_start}
 batch_size = 1000
 interval = "1h"
+max_pending = {max_pending}
 [[collector.accounts]]
 name = "sim"
 base_url = "{base}"
@@ -123,14 +129,17 @@ class Simulator:
         self.proc.wait(timeout=30)
 
 
-async def crawld_rows_per_s(base: str, sim_task: str, rows: int, window: int, state: Path) -> float:
+async def crawld_rows_per_s(
+    base: str, sim_task: str, rows: int, args: argparse.Namespace, state: Path, kind: str
+) -> float:
     queue = f"bench-crawld-{uuid.uuid4().hex[:8]}"
     url, password = split_url(AMQP_URL)
     os.environ["BENCH_AMQP_PW"] = password
     path = state / "crawld.toml"
     path.write_text(
-        CONFIG.format(state=state / "st", port=0, url=url, queue=queue, window=window,
-                      base=base, auto_start="false")
+        CONFIG.format(state=state / "st", port=0, url=url, queue=queue, window=args.window,
+                      batches=args.batches, base=base, auto_start="false", kind=kind,
+                      max_pending=max(20_000, rows + 1))
         + TASK.format(i=0, task_id=sim_task)
     )  # fmt: skip
     cfg = config.load(path)
@@ -143,57 +152,46 @@ async def crawld_rows_per_s(base: str, sim_task: str, rows: int, window: int, st
             )
             assert daemon.http_address is not None
             api = f"http://{daemon.http_address[0]}:{daemon.http_address[1]}"
-            amqp: AmqpQueue = daemon.parts["queue"]
+            collector: Collector = daemon.parts["collector"]
+            crawler = collector.crawler("t0")
+            amqp: AmqpQueue | None = daemon.parts["queue"] if kind == "amqp" else None
             with trio.fail_after(30):
-                while amqp.broker is None or not amqp.broker.connected:
+                while amqp is not None and (amqp.broker is None or not amqp.broker.connected):
                     await trio.sleep(0.01)
             start = time.perf_counter()
             await http.post(api + "/crawl/start", json={"task_id": "t0"})
-            with trio.fail_after(600):
-                while amqp.published < rows:  # an attribute read: polling costs the daemon nothing
+            with trio.fail_after(900):
+                # attribute reads: polling costs the daemon nothing
+                while (amqp.published if amqp else _stored(crawler)) < rows:
                     await trio.sleep(0.005)
             elapsed = time.perf_counter() - start
             daemon.request_stop()
     finally:
-        await delete_queue(AMQP_URL, queue)
+        if kind == "amqp":
+            await delete_queue(AMQP_URL, queue)
     return rows / elapsed
 
 
-async def _raw_publish(bodies: list[bytes], window: int, queue: str) -> float:
-    connection = await aiormq.connect(AMQP_URL)
-    channel: AbstractChannel = await connection.channel(publisher_confirms=True)
-    await channel.queue_declare(queue, durable=True, arguments={"x-queue-type": "classic"})
-    now = int(time.time())
-    start = time.perf_counter()
-    for first in range(0, len(bodies), window):
-        batch = bodies[first : first + window]
-        await asyncio.gather(
-            *(
-                channel.basic_publish(
-                    body,
-                    routing_key=queue,
-                    mandatory=True,
-                    properties=aiormq.spec.Basic.Properties(
-                        content_type="application/json",
-                        delivery_mode=2,
-                        message_id=uuid.uuid4().hex,
-                        expiration="604800000",
-                        timestamp=datetime.fromtimestamp(now),
-                        app_id="crawld",
-                        headers={"task_id": "t0", "run_id": "r", "offset": first},
-                    ),
-                )
-                for body in batch
-            )
-        )
-    elapsed = time.perf_counter() - start
-    await channel.queue_delete(queue)
-    await connection.close()
-    return len(bodies) / elapsed
+def _stored(crawler: TaskCrawler) -> int:
+    """Rows the crawler's finished run put in the outbox (0 while it runs)."""
+    last = crawler.last_result
+    return last.published if crawler.current is None and last is not None else 0
 
 
-def raw_rows_per_s(bodies: list[bytes], window: int) -> float:
-    return asyncio.run(_raw_publish(bodies, window, f"bench-raw-{uuid.uuid4().hex[:8]}"))
+def write_bodies(bodies: list[bytes], path: Path) -> None:
+    path.write_text(json.dumps([body.decode() for body in bodies], ensure_ascii=False))
+
+
+async def baseline_rows_per_s(mode: str, bodies_file: Path, window: int) -> dict[str, float]:
+    """One run of scripts/amqp_baseline.py in a fresh interpreter."""
+    queue = f"bench-raw-{uuid.uuid4().hex[:8]}"
+    script = Path(__file__).with_name("amqp_baseline.py")
+    done = await trio.run_process(
+        [sys.executable, str(script), mode, AMQP_URL, queue, str(bodies_file), str(window)],
+        capture_stdout=True,
+    )
+    result: dict[str, float] = json.loads(done.stdout)
+    return result
 
 
 async def peak_rss(sim: Simulator, tasks: int, state: Path) -> int:
@@ -201,7 +199,8 @@ async def peak_rss(sim: Simulator, tasks: int, state: Path) -> int:
     url, password = split_url(AMQP_URL)
     port = _free_port()
     text = CONFIG.format(state=state / "rss", port=port, url=url, queue=queue, window=500,
-                         base=sim.base, auto_start="true")  # fmt: skip
+                         batches=2, base=sim.base, auto_start="true", kind="amqp",
+                         max_pending=20_000)  # fmt: skip
     async with httpx.AsyncClient() as http:
         for i in range(tasks):
             text += TASK.format(i=i, task_id=await sim.add_task(http, f"rss{i}", 300))
@@ -243,30 +242,63 @@ def _free_port() -> int:
 async def main_async(args: argparse.Namespace) -> None:
     os.environ["BENCH_SIM_PW"] = DEMO_PASSWORD
     sim = Simulator()
-    ours: list[float] = []
-    raw: list[float] = []
+    sizes = [int(n) for n in args.rows.split(",")]
+    runs: dict[tuple[str, int], list[float]] = {}
+    cpu: dict[tuple[str, int], list[float]] = {}
+    rss_kb = 0
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            async with httpx.AsyncClient() as http:
-                await sim.wait_up(http)
-                task_id = await sim.add_task(http, "bench", args.rows)
-                bodies = await sim.bodies(http, task_id, args.rows)
-            for round_ in range(args.rounds):  # interleaved: the broker's fsync rhythm drifts
-                raw.append(await trio.to_thread.run_sync(raw_rows_per_s, bodies, args.window))
-                state = Path(tmp) / f"round{round_}"
-                state.mkdir()
-                ours.append(
-                    await crawld_rows_per_s(sim.base, task_id, args.rows, args.window, state)
-                )
-            rss_kb = await peak_rss(sim, args.tasks, Path(tmp))
+            for rows in sizes:
+                async with httpx.AsyncClient() as http:
+                    await sim.wait_up(http)
+                    task_id = await sim.add_task(http, f"bench{rows}", rows)
+                    bodies_file = Path(tmp) / f"bodies{rows}.json"
+                    write_bodies(await sim.bodies(http, task_id, rows), bodies_file)
+                for round_ in range(args.rounds):  # interleaved: the broker's fsync rhythm drifts
+                    for mode in args.baselines.split(","):
+                        result = await baseline_rows_per_s(mode, bodies_file, args.window)
+                        runs.setdefault((mode, rows), []).append(result["rows_per_s"])
+                        cpu.setdefault((mode, rows), []).append(result["cpu_seconds"])
+                    for kind in args.kinds.split(","):
+                        state = Path(tmp) / f"{kind}{rows}r{round_}"
+                        state.mkdir()
+                        before = time.process_time()
+                        rate = await crawld_rows_per_s(sim.base, task_id, rows, args, state, kind)
+                        runs.setdefault((kind, rows), []).append(rate)
+                        cpu.setdefault((kind, rows), []).append(time.process_time() - before)
+            if args.tasks:
+                rss_kb = await peak_rss(sim, args.tasks, Path(tmp))
     finally:
         sim.stop()
-    raw_rate, our_rate = statistics.median(raw), statistics.median(ours)
-    print(f"rows: {args.rows}, confirm window: {args.window}, medians of {args.rounds} rounds")
-    print(f"raw aiormq publish with confirms (baseline): {raw_rate:8.0f} rows/s  {_runs(raw)}")
-    print(f"crawld end to end (sim->filter->outbox->MQ): {our_rate:8.0f} rows/s  {_runs(ours)}")
-    print(f"ratio crawld/raw: {our_rate / raw_rate:.2f}  (goal >= 0.8)")
-    print(f"peak RSS of crawld with {args.tasks} tasks (300 rows each): {rss_kb / 1024:.1f} MiB")
+    print(
+        f"confirm window {args.window} (crawld: {args.batches} batches in flight), "
+        f"medians of {args.rounds} interleaved rounds; CPU is seconds per run (whole process)"
+    )
+    labels = {
+        "aiormq": "raw aiormq, plain asyncio loop (baseline)",
+        "pamqp": "pamqp blocking socket (ceiling)",
+        "amqp": "crawld end to end, AMQP",
+        "embedded": "crawld end to end, embedded queue",
+    }
+    for rows in sizes:
+        print(f"-- {rows} rows")
+        for key, label in labels.items():
+            if (key, rows) not in runs:
+                continue
+            rate = statistics.median(runs[key, rows])
+            line = f"{label:44s} {rate:8.0f} rows/s  CPU {statistics.median(cpu[key, rows]):5.2f}s"
+            if key != "aiormq" and ("aiormq", rows) in runs and key != "embedded":
+                line += f"  {rate / statistics.median(runs['aiormq', rows]):.2f}x raw aiormq"
+            print(f"{line}  {_runs(runs[key, rows])}")
+    if len(sizes) > 1 and all(("embedded", n) in runs for n in sizes):
+        small, large = (
+            statistics.median(runs["embedded", sizes[0]]),
+            statistics.median(runs["embedded", sizes[-1]]),
+        )
+        print(f"embedded queue, {sizes[-1]} rows vs {sizes[0]}: {large / small:.2f}x (goal >= 0.9)")
+    if rss_kb:
+        mib = rss_kb / 1024
+        print(f"peak RSS of crawld with {args.tasks} tasks (300 rows each): {mib:.1f} MiB")
 
 
 def _runs(values: list[float]) -> str:
@@ -275,8 +307,11 @@ def _runs(values: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--rows", default="10000,100000", help="comma-separated row counts")
     parser.add_argument("--window", type=int, default=500)
+    parser.add_argument("--batches", type=int, default=2, help="crawld's batches_in_flight")
+    parser.add_argument("--baselines", default="aiormq,pamqp")
+    parser.add_argument("--kinds", default="amqp,embedded")
     parser.add_argument("--tasks", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     trio.run(main_async, parser.parse_args())

@@ -8,16 +8,21 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import apsw
 import msgspec
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from daemon import __version__
+from daemon.api.edge import EdgeMiddleware, EdgePolicy
 from daemon.api.errors import HTTPError, JSONResponse, error_response, handle_http_error
+from daemon.config import resolve_secret
 from daemon.logs import get_logger
 from daemon.runtime import Daemon
+from daemon.store import STORAGE_ERRORS, StoreClosed
 
 log = get_logger("http")
 
@@ -98,7 +103,16 @@ def openapi_document(routes: Sequence[ApiRoute]) -> dict[str, Any]:
     }
 
 
-def build_app(daemon: Daemon, routes: Sequence[ApiRoute]) -> Starlette:
+def edge_policy(daemon: Daemon) -> EdgePolicy:
+    """The running config's HTTP edge rules, with the API keys read from their variable."""
+    http = daemon.config.http
+    return EdgePolicy.from_config(http, resolve_secret(http.api_key_env, "$.http.api_key_env"))
+
+
+def build_app(
+    daemon: Daemon, routes: Sequence[ApiRoute], policy: EdgePolicy | None = None
+) -> Starlette:
+    """One Starlette app for `routes` behind the edge checks of `policy` (default: the config's)."""
     document = msgspec.json.encode(openapi_document(routes))
 
     async def openapi(request: Request) -> Response:
@@ -114,16 +128,33 @@ def build_app(daemon: Daemon, routes: Sequence[ApiRoute]) -> Starlette:
         log.error("request failed", path=request.url.path, exc_info=exc)
         return error_response(500, "internal error", type(exc).__name__)
 
+    async def storage_failed(request: Request, exc: Exception) -> Response:
+        # The store's health (/healthz, /status) says the rest; one line per failed request is
+        # at warning so a full disk does not flood the error log.
+        log.warning("request failed: storage error", path=request.url.path, error=str(exc))
+        if isinstance(exc, apsw.FullError):
+            return error_response(507, "storage full: the database cannot take writes", str(exc))
+        return error_response(503, "storage unavailable", f"{type(exc).__name__}: {exc}")
+
+    async def disconnected(request: Request, exc: Exception) -> Response:
+        log.debug("client disconnected before the answer", path=request.url.path)
+        return Response(status_code=400)
+
     starlette_routes = [Route(r.path, r.handler, methods=[r.method]) for r in routes]
     starlette_routes.append(Route("/openapi.json", openapi, methods=["GET"]))
+    handlers: dict[Any, Any] = {
+        HTTPError: handle_http_error,
+        ClientDisconnect: disconnected,
+        StoreClosed: storage_failed,
+        404: not_found,
+        405: not_allowed,
+        500: internal,
+    }
+    handlers.update(dict.fromkeys(STORAGE_ERRORS, storage_failed))
     app = Starlette(
         routes=starlette_routes,
-        exception_handlers={
-            HTTPError: handle_http_error,
-            404: not_found,
-            405: not_allowed,
-            500: internal,
-        },
+        exception_handlers=handlers,
+        middleware=[Middleware(EdgeMiddleware, policy=policy or edge_policy(daemon))],
     )
     app.state.daemon = daemon
     return app

@@ -2,7 +2,7 @@
 # and reading the queue the rows went to (RabbitMQ or the embedded queue).
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 from starlette.requests import Request
@@ -15,7 +15,8 @@ from daemon.collector.messages import ConsumedMessage
 from daemon.collector.octoparse import OctoparseError
 from daemon.collector.queue import QueueUnavailable, RowQueue
 from daemon.collector.service import Collector, CollectorNotRunning, UnknownAccount, UnknownTask
-from daemon.config import WebhookSpec, check_webhook_url
+from daemon.config import HttpConfig, WebhookSpec, check_webhook_url, is_loopback_host
+from daemon.redact import redact_tree
 from daemon.runtime import Daemon
 
 
@@ -62,6 +63,17 @@ class ConsumeResponse(msgspec.Struct):
     messages: list[ConsumedMessage]
 
 
+class ConsumeRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    count: Annotated[int, msgspec.Meta(ge=1, le=1000)] | None = None
+    """Messages to take, 1..1000 (default: the `count` query parameter, else 1)."""
+
+
+def get_consume_allowed(http: HttpConfig) -> bool:
+    """GET /consume (the seed's form) deletes messages, so it is served only where a web page
+    cannot reach it unauthenticated: on a loopback bind, or when every request needs a key."""
+    return http.api_key_env is not None or is_loopback_host(http.bind.rpartition(":")[0])
+
+
 class DiscoverResponse(msgspec.Struct):
     account: str
     groups: list[dict[str, Any]]
@@ -84,7 +96,8 @@ def routes(daemon: Daemon, collector: Collector, queue: RowQueue) -> list[ApiRou
         return [task_id]
 
     async def tasks(request: Request) -> Response:
-        return json(TasksResponse(collector.tasks()))
+        # Webhook URLs and headers in task settings may carry credentials.
+        return json(TasksResponse(redact_tree(collector.tasks())))
 
     async def start(request: Request) -> Response:
         body = await read_json_body(request, StartRequest)
@@ -115,6 +128,13 @@ def routes(daemon: Daemon, collector: Collector, queue: RowQueue) -> list[ApiRou
 
     async def consume(request: Request) -> Response:
         count = decode_query_int(request, "count", 1, 1, 1000)
+        if request.method == "POST":
+            body = await read_json_body(request, ConsumeRequest)
+            if body.count is not None:
+                count = body.count
+        elif not get_consume_allowed(daemon.config.http):
+            raise HTTPError(405, "GET /consume is refused here: use POST /consume", {
+                "reason": "GET is served only on a loopback bind or with an API key"})  # fmt: skip
         try:
             messages = await queue.consume(count)
         except QueueUnavailable as exc:
@@ -155,10 +175,17 @@ def routes(daemon: Daemon, collector: Collector, queue: RowQueue) -> list[ApiRou
         ApiRoute("POST", "/crawl/stop", stop, "Stop runs after their current window",
                  body=StopRequest, response=StopResponse,
                  errors={**bad, 404: "unknown or disabled task"}),
-        ApiRoute("GET", "/consume", consume, "Take up to `count` messages from the queue",
+        ApiRoute("POST", "/consume", consume,
+                 "Take up to `count` messages off the queue: they are deleted from it",
+                 body=ConsumeRequest, response=ConsumeResponse,
+                 query=[QueryParam("count", "messages to take, 1..1000 (default 1)", "integer")],
+                 errors={**bad, 503: "broker or storage unavailable", 507: "storage full"}),
+        ApiRoute("GET", "/consume", consume,
+                 "Seed-compatible form of POST /consume (loopback bind or API key only)",
                  response=ConsumeResponse,
                  query=[QueryParam("count", "messages to take, 1..1000 (default 1)", "integer")],
-                 errors={400: "bad count", 503: "broker unavailable"}),
+                 errors={400: "bad count", 405: "refused: use POST",
+                         503: "broker or storage unavailable", 507: "storage full"}),
         ApiRoute("GET", "/discover", discover,
                  "An account's Octoparse task groups and tasks (to fill in task_id)",
                  response=DiscoverResponse,

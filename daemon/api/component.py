@@ -7,7 +7,9 @@ from typing import Any
 import trio
 
 from daemon.api.app import build_app
+from daemon.api.edge import MIN_KEY_LENGTH, parse_keys
 from daemon.api.server import serve_app
+from daemon.config import Config, ConfigError, resolve_secret
 from daemon.runtime import Daemon
 
 
@@ -16,12 +18,38 @@ def install(daemon: Daemon) -> None:
         daemon.add_component("http", serve_http)
 
 
+def check_secrets(cfg: Config) -> None:
+    """The API key variable, when named, must hold at least one key of a sensible length."""
+    path = "$.http.api_key_env"
+    value = resolve_secret(cfg.http.api_key_env, path)
+    if value is None:
+        return
+    keys = parse_keys(value)
+    if not keys:
+        raise ConfigError(f"environment variable {cfg.http.api_key_env} (named at `{path}`) "
+                          "holds no API key")  # fmt: skip
+    if any(len(k) < MIN_KEY_LENGTH for k in keys):
+        raise ConfigError(
+            f"environment variable {cfg.http.api_key_env} (named at `{path}`) holds a key "
+            f"shorter than {MIN_KEY_LENGTH} characters"
+        )
+
+
 async def serve_http(daemon: Daemon, *, task_status: trio.TaskStatus[Any]) -> None:
     app = build_app(daemon, daemon.routes)
 
+    http = daemon.config.http
+
     async def serve(task_status: trio.TaskStatus[tuple[str, int]]) -> None:
         await serve_app(
-            app, daemon.config.http.bind, shutdown=daemon.http_shutdown, task_status=task_status
+            app,
+            http.bind,
+            shutdown=daemon.http_shutdown,
+            read_timeout=float(http.read_timeout),
+            keep_alive_timeout=float(http.keep_alive_timeout),
+            max_header_bytes=http.max_header_bytes,
+            backlog=http.backlog,
+            task_status=task_status,
         )
 
     async with trio.open_nursery() as nursery:

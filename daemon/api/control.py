@@ -12,11 +12,15 @@ from starlette.responses import Response
 
 from daemon import __version__, metrics
 from daemon.api.app import ApiRoute, json
+from daemon.redact import cap, redact_text, redact_tree
 from daemon.runtime import Daemon, ReloadResult
 
 
-class Health(msgspec.Struct):
+class Health(msgspec.Struct, omit_defaults=True):
     status: str
+    """ok, degraded (the store cannot write), starting, stopping."""
+    reason: str | None = None
+    since_ms: int | None = None
 
 
 class ComponentStatus(msgspec.Struct):
@@ -32,13 +36,17 @@ class ConfigStatus(msgspec.Struct):
     last_reload: ReloadResult | None
 
 
-class StoreStatus(msgspec.Struct):
+class StoreStatus(msgspec.Struct, omit_defaults=True):
     path: str
     schema_version: int
     transactions: int
     write_jobs: int
     write_errors: int
     largest_group: int
+    writable: bool
+    """False while writes fail (disk full, I/O error); `reason` and `since_ms` say why and when."""
+    reason: str | None = None
+    since_ms: int | None = None
 
 
 class Status(msgspec.Struct, omit_defaults=True):
@@ -60,6 +68,7 @@ async def build_status(daemon: Daemon) -> Status:
     store = None
     if daemon.store is not None:
         s = daemon.store.stats
+        health = daemon.store.health()
         store = StoreStatus(
             path=str(daemon.store.path),
             schema_version=daemon.store.schema_version,
@@ -67,8 +76,13 @@ async def build_status(daemon: Daemon) -> Status:
             write_jobs=s.write_jobs,
             write_errors=s.write_errors,
             largest_group=s.largest_group,
+            writable=health.writable,
+            reason=health.reason,
+            since_ms=health.since_ms,
         )
-    sections = {name: await fn() for name, fn in daemon.status_sections.items()}
+    # Sections come from every area; URLs (broker, webhooks, upstreams) and headers are redacted
+    # here, once, so no area can leak a credential through /status.
+    sections = {name: redact_tree(await fn()) for name, fn in daemon.status_sections.items()}
     return Status(
         state=daemon.state,
         version=__version__,
@@ -80,7 +94,12 @@ async def build_status(daemon: Daemon) -> Status:
             last_reload=daemon.last_reload,
         ),
         components=[
-            ComponentStatus(c.name, c.state, c.restarts, c.last_error)
+            ComponentStatus(
+                c.name,
+                c.state,
+                c.restarts,
+                None if c.last_error is None else redact_text(c.last_error),
+            )
             for c in daemon.component_states.values()
         ],
         store=store,
@@ -94,8 +113,12 @@ def install(daemon: Daemon) -> None:
 
 def routes(daemon: Daemon) -> list[ApiRoute]:
     async def healthz(request: Request) -> Response:
-        ok = daemon.state in ("running", "reloading")
-        return json(Health(status="ok" if ok else daemon.state), 200 if ok else 503)
+        if daemon.state not in ("running", "reloading"):
+            return json(Health(status=daemon.state), 503)
+        health = daemon.store.health() if daemon.store is not None else None
+        if health is not None and not health.writable:
+            return json(Health("degraded", cap(health.reason or ""), health.since_ms), 503)
+        return json(Health(status="ok"))
 
     async def status(request: Request) -> Response:
         return json(await build_status(daemon))
@@ -106,8 +129,9 @@ def routes(daemon: Daemon) -> list[ApiRoute]:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     return [
-        ApiRoute("GET", "/healthz", healthz, "Liveness: 200 while running", response=Health,
-                 errors={503: "starting or stopping"}),
+        ApiRoute("GET", "/healthz", healthz, "Liveness: 200 while running (never needs a key)",
+                 response=Health,
+                 errors={503: "starting, stopping, or degraded: the store cannot write"}),
         ApiRoute("GET", "/status", status, "What the daemon is doing, per part", response=Status),
         ApiRoute("GET", "/metrics", metrics_text, "Prometheus metrics",
                  content_type="text/plain"),

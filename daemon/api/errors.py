@@ -1,12 +1,17 @@
 # One shape for every HTTP error the daemon and its simulators answer with, so clients parse one
-# thing: {"error": "<what is wrong>", "detail": <field path, value or list of problems>}.
+# thing: {"error": "<what is wrong>", "detail": <field path, value or list of problems>}. Errors
+# often quote what the client sent (a task id, a URL, msgspec's message about a value), so every
+# string in an answer is cut short here, once, instead of at each raise.
 from __future__ import annotations
 
+import re
 from typing import Any, TypeVar
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
+
+from daemon.redact import cap_message, redact_text
 
 T = TypeVar("T")
 
@@ -28,8 +33,22 @@ class HTTPError(Exception):
         self.detail = detail
 
 
+def capped(value: Any) -> Any:
+    """`value` with every string (keys too) cut to about redact.ECHO_LIMIT characters and the
+    URLs in it redacted."""
+    if isinstance(value, str):
+        return cap_message(redact_text(value))
+    if isinstance(value, dict):
+        return {capped(k): capped(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [capped(v) for v in value]
+    return value
+
+
 def error_response(status: int, message: str, detail: Any = None) -> JSONResponse:
-    return JSONResponse({"error": message, "detail": detail}, status_code=status)
+    return JSONResponse(
+        {"error": cap_message(redact_text(message)), "detail": capped(detail)}, status_code=status
+    )
 
 
 async def read_json_body(request: Request, type_: type[T], *, empty_ok: bool = True) -> T:
@@ -46,6 +65,8 @@ async def read_json_body(request: Request, type_: type[T], *, empty_ok: bool = T
         raise HTTPError(422, "invalid request body", str(exc)) from None
     except msgspec.DecodeError as exc:
         raise HTTPError(400, "request body is not valid JSON", str(exc)) from None
+    except RecursionError:
+        raise HTTPError(400, "request body is nested too deeply") from None
 
 
 async def handle_http_error(request: Request, exc: Exception) -> Response:
@@ -53,14 +74,18 @@ async def handle_http_error(request: Request, exc: Exception) -> Response:
     return error_response(exc.status, exc.message, exc.detail)
 
 
+_ASCII_INT = re.compile(r"-?[0-9]{1,18}")
+
+
 def decode_query_int(request: Request, name: str, default: int, lo: int, hi: int) -> int:
+    """Query parameter `name` as an integer in lo..hi: ASCII digits only (int() would also take
+    " 5", "1_000" and other scripts' digits), or HTTPError 400 naming the parameter."""
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise HTTPError(400, f"query parameter {name!r} must be an integer", {name: raw}) from None
+    if not _ASCII_INT.fullmatch(raw):
+        raise HTTPError(400, f"query parameter {name!r} must be an integer", {name: raw})
+    value = int(raw)
     if not lo <= value <= hi:
         raise HTTPError(
             400, f"query parameter {name!r} must be between {lo} and {hi}", {name: value}

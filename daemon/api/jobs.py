@@ -14,6 +14,7 @@ from starlette.responses import Response
 from daemon.api.app import ApiRoute, QueryParam, json
 from daemon.api.errors import HTTPError, decode_query_int
 from daemon.jobs.store import ROBOTS_BLOCKED, JobFinished, JobNotFound
+from daemon.redact import redact_text, redact_url
 
 if TYPE_CHECKING:
     from daemon.jobs.manager import JobManager
@@ -108,11 +109,13 @@ def routes(manager: JobManager) -> list[ApiRoute]:
         return json(
             CrawlErrors(
                 errors=[
-                    CrawlError(e.id, iso(e.at_ms), e.url or "", e.code, e.error)
+                    CrawlError(
+                        e.id, iso(e.at_ms), redact_url(e.url or ""), e.code, redact_text(e.error)
+                    )
                     for e in errors
                     if e.code != ROBOTS_BLOCKED
                 ],
-                robotsBlocked=[e.url or "" for e in errors if e.code == ROBOTS_BLOCKED],
+                robotsBlocked=[redact_url(e.url or "") for e in errors if e.code == ROBOTS_BLOCKED],
             )
         )
 

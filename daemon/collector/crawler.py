@@ -28,6 +28,13 @@ from daemon.collector import paging
 from daemon.collector.datefilter import DateCounts, DateRule, expiration_ms, judge
 from daemon.collector.messages import row_items
 from daemon.collector.octoparse import OctoparseClient
+from daemon.collector.store import (
+    RunStats,
+    load_task_state,
+    save_job,
+    save_progress,
+    save_result,
+)
 from daemon.config import CollectorConfig, TaskConfig, WebhookSpec, webhook_spec
 from daemon.logs import get_logger
 from daemon.outbox import Outbox, now_ms
@@ -40,7 +47,7 @@ class JobSink(Protocol):
     async def create_job(
         self, kind: str, *, webhook: WebhookSpec | None, source: dict[str, Any]
     ) -> str: ...
-    def page_in_tx(self, conn: apsw.Connection, job_id: str, rows: list[dict[str, Any]]) -> Any: ...
+    def page_in_tx(self, conn: apsw.Connection, job_id: str, rows: list[Any]) -> Any: ...
     async def after_commit(self, pending: Any) -> None: ...
     async def finish(
         self,
@@ -71,90 +78,6 @@ class _StartRequest:
     ready: trio.Event = field(default_factory=trio.Event)
     taken: trio.Event = field(default_factory=trio.Event)
     refused: str | None = None
-
-
-class RunStats(msgspec.Struct, kw_only=True):
-    """Counters of one run, shown in /status while it runs and kept as its result after."""
-
-    run_id: str
-    job_id: str | None
-    started_ms: int
-    range_low: int | None = None
-    range_high: int | None = None
-    lowest_done: int | None = None
-    resumed: bool = False
-    reset: bool = False
-    windows: int = 0
-    fetched: int = 0
-    kept: int = 0
-    dropped: DateCounts = msgspec.field(default_factory=DateCounts)
-    duplicates: int = 0
-    published: int = 0
-    status: str = "running"  # running | completed | stopped | cancelled | failed
-    end: str | None = None
-    error: str | None = None
-    finished_ms: int | None = None
-
-
-class TaskState(msgspec.Struct):
-    """The persisted row of collector_tasks."""
-
-    progress: paging.Progress | None
-    run_id: str | None
-    job_id: str | None
-    last_result: RunStats | None
-
-
-_stats_decoder = msgspec.json.Decoder(RunStats)
-
-
-def load_task_state(conn: apsw.Connection, task: str) -> TaskState:
-    row = conn.execute(
-        "SELECT progress, run_id, job_id, last_result FROM collector_tasks WHERE task = ?", (task,)
-    ).fetchone()
-    if row is None:
-        return TaskState(None, None, None, None)
-    progress, run_id, job_id, last = row
-    return TaskState(
-        paging.decode_progress(progress) if progress else None,
-        run_id,
-        job_id,
-        _stats_decoder.decode(last) if last else None,
-    )
-
-
-def save_progress(
-    conn: apsw.Connection,
-    task: str,
-    progress: paging.Progress,
-    run_id: str,
-    job_id: str | None,
-    at_ms: int,
-) -> None:
-    conn.execute(
-        "INSERT INTO collector_tasks(task, progress, run_id, job_id, run_started_ms, updated_ms)"
-        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(task) DO UPDATE SET progress = excluded.progress,"
-        " run_id = excluded.run_id, job_id = excluded.job_id, updated_ms = excluded.updated_ms",
-        (task, paging.encode_progress(progress), run_id, job_id, at_ms, at_ms),
-    )
-
-
-def save_job(conn: apsw.Connection, task: str, job_id: str, at_ms: int) -> None:
-    conn.execute(
-        "INSERT INTO collector_tasks(task, job_id, updated_ms) VALUES (?, ?, ?)"
-        " ON CONFLICT(task) DO UPDATE SET job_id = excluded.job_id,"
-        " updated_ms = excluded.updated_ms",
-        (task, job_id, at_ms),
-    )
-
-
-def save_result(conn: apsw.Connection, task: str, stats: RunStats, at_ms: int) -> None:
-    conn.execute(
-        "INSERT INTO collector_tasks(task, last_result, updated_ms) VALUES (?, ?, ?)"
-        " ON CONFLICT(task) DO UPDATE SET last_result = excluded.last_result,"
-        " updated_ms = excluded.updated_ms",
-        (task, msgspec.json.encode(stats), at_ms),
-    )
 
 
 class TaskCrawler:
@@ -408,7 +331,9 @@ class TaskCrawler:
         items = row_items(
             self.task.id, stats.run_id, window.offset, kept, now, ttl_from=self.task.ttl_from
         )
-        rows = [msgspec.json.decode(item.body) for item in items]
+        # The job's rows are the bodies already encoded for the queue, passed as msgspec.Raw:
+        # stored and sent as they are, never decoded and encoded a second time.
+        rows = [msgspec.Raw(item.body) for item in items]
         pending: Any = None
 
         def commit(conn: apsw.Connection) -> None:

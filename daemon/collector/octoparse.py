@@ -3,22 +3,29 @@
 # Everything that makes the upstream awkward is handled here so the crawler sees pages or one
 # typed error: tokens are cached and refreshed before they run out (serialised, so tasks sharing
 # the account never log in twice), an auth failure triggers one fresh login, error bodies are
-# checked even under HTTP 200, and 429/5xx/timeouts are retried with jittered exponential backoff.
-# The backoff schedule is a pure function; sleeping and the clock are injectable so tests cost no
-# real time. Every request first takes a slot from the account's shared rate limiter. Secrets
-# never reach a log line; the upstream `requestId` always does.
+# checked even under HTTP 200, and everything that may pass (429, 5xx, timeouts, and any error
+# code we do not know to be permanent) is retried with jittered exponential backoff. Upstream
+# invents codes (`SystemBusy`) faster than it documents them, so failing at once is reserved for
+# the codes that cannot heal by waiting: bad credentials, no permission, an unknown task or a
+# malformed request. A `Retry-After` (seconds or HTTP date) sets a floor on the wait, capped so a
+# bad header cannot park a task for hours. Classification and the wait are pure functions;
+# sleeping and the clocks are injectable so tests cost no real time. Every request first takes a
+# slot from the account's shared rate limiter. Secrets never reach a log line; the upstream
+# `requestId` always does.
 from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import msgspec
 import trio
 
 from daemon.config import AccountConfig, resolve_secret
+from daemon.jobs.retry import parse_retry_after
 from daemon.logs import get_logger
 from daemon.net.ratelimit import RateLimiter
 
@@ -26,32 +33,77 @@ REFRESH_MARGIN = 600.0
 """Refresh a token when fewer than this many seconds of its life remain."""
 
 AUTH_ERRORS = frozenset({"Invalid.Grant", "Invalid.Token"})
-RETRYABLE_ERRORS = frozenset({"ServerError", "TooManyRequests", "Timeout", "Transport"})
+"""Codes that mean the credentials were refused: log in again once, then fail."""
+PERMANENT_ERRORS = frozenset(
+    {
+        "Invalid.Grant",
+        "Invalid.Token",
+        "Invalid.ApiKey",
+        "Unauthorized",
+        "Forbidden",
+        "NoPermission",
+        "PermissionDenied",
+        "InvalidParameter",
+        "InvalidTaskId",
+        "GroupNotFound",
+        "BadResponse",
+    }
+)
+"""Codes no wait can fix (credentials, permission, an unknown task or group, a malformed request
+or answer): fail at once. Every other code is retried."""
+PERMANENT_STATUSES = frozenset({401, 403, 404})
+"""HTTP statuses that fail at once whatever code the body carries."""
+RETRY_STATUSES = frozenset({408, 425, 429})
+"""Client-error statuses that still mean "try again later"."""
+
+Verdict = Literal["retry", "auth", "permanent"]
+
+
+def classify(status: int | None, code: str) -> Verdict:
+    """What to do about an error answer: `auth` (log in again once, then fail), `permanent`
+    (fail now) or `retry` (back off and try again).
+
+    `status` is None when no HTTP answer came (timeout, connection error). Unknown upstream codes
+    are retried under any status: Octoparse reports transient trouble under 200 and 400 alike. A
+    bare 4xx without an upstream code is the request's fault and fails at once."""
+    if status == 401 or code in AUTH_ERRORS:
+        return "auth"
+    if code in PERMANENT_ERRORS or status in PERMANENT_STATUSES:
+        return "permanent"
+    if status is None or status >= 500 or status in RETRY_STATUSES:
+        return "retry"
+    if status >= 400 and code == f"HTTP{status}":
+        return "permanent"
+    return "retry"
 
 
 class OctoparseError(Exception):
     """An error answer (or no usable answer) from Octoparse."""
 
     def __init__(
-        self, code: str, message: str, *, request_id: str | None = None, status: int | None = None
+        self,
+        code: str,
+        message: str,
+        *,
+        request_id: str | None = None,
+        status: int | None = None,
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(f"{code}: {message}" if message else code)
         self.code = code
         self.message = message
         self.request_id = request_id
         self.status = status
+        self.retry_after = retry_after
+        """Seconds the answer's `Retry-After` asked for (uncapped), if it had one."""
 
     @property
     def retryable(self) -> bool:
-        return (
-            self.status == 429
-            or (self.status is not None and self.status >= 500)
-            or self.code in RETRYABLE_ERRORS
-        )
+        return classify(self.status, self.code) == "retry"
 
     @property
     def auth_failed(self) -> bool:
-        return self.status == 401 or self.code in AUTH_ERRORS
+        return classify(self.status, self.code) == "auth"
 
 
 class Page(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,6 +139,9 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
     """Tries per request, the first included."""
     base: float = 0.5
     cap: float = 30.0
+    """Longest backoff between two tries."""
+    retry_after_cap: float = 120.0
+    """Longest wait a `Retry-After` header can impose."""
 
 
 def retry_delay(attempt: int, *, base: float, cap: float, rand: float) -> float:
@@ -95,6 +150,17 @@ def retry_delay(attempt: int, *, base: float, cap: float, rand: float) -> float:
     `rand` in [0, 1) chooses within [ceiling / 2, ceiling], so a retry never goes at once."""
     ceiling = min(cap, base * 2.0**attempt)
     return ceiling / 2 + rand * ceiling / 2
+
+
+def retry_wait(
+    attempt: int, policy: RetryPolicy, *, rand: float, retry_after: float | None = None
+) -> float:
+    """Seconds to wait before retry number `attempt` (0-based): the jittered backoff, or the
+    answer's `Retry-After` when that is longer, at most `policy.retry_after_cap`."""
+    delay = retry_delay(attempt, base=policy.base, cap=policy.cap, rand=rand)
+    if retry_after is None:
+        return delay
+    return max(delay, min(retry_after, policy.retry_after_cap))
 
 
 def retry_schedule(policy: RetryPolicy, rands: list[float]) -> list[float]:
@@ -143,6 +209,7 @@ class OctoparseClient:
         retry: RetryPolicy | None = None,
         sleep: Callable[[float], Awaitable[None]] = trio.sleep,
         clock: Callable[[], float] = trio.current_time,
+        wall_clock: Callable[[], float] = time.time,
         rand: Callable[[], float] = random.random,
     ) -> None:
         key_path = f"$.collector.accounts[name={account.name}]"
@@ -159,6 +226,7 @@ class OctoparseClient:
         self._retry = retry or RetryPolicy()
         self._sleep = sleep
         self._clock = clock
+        self._wall_clock = wall_clock
         self._rand = rand
         self._timeout = float(account.timeout)
         self._token: _Token | None = None
@@ -282,8 +350,8 @@ class OctoparseClient:
                     continue
                 if not error.retryable or attempt + 1 >= self._retry.attempts:
                     raise
-                delay = retry_delay(
-                    attempt, base=self._retry.base, cap=self._retry.cap, rand=self._rand()
+                delay = retry_wait(
+                    attempt, self._retry, rand=self._rand(), retry_after=error.retry_after
                 )
                 attempt += 1
                 self._log.warning(
@@ -294,6 +362,7 @@ class OctoparseClient:
                     request_id=error.request_id,
                     attempt=attempt,
                     delay=round(delay, 3),
+                    retry_after=error.retry_after,
                 )
                 await self._sleep(delay)
 
@@ -319,7 +388,7 @@ class OctoparseClient:
             raise OctoparseError("Timeout", type(exc).__name__) from exc
         except httpx.TransportError as exc:
             raise OctoparseError("Transport", f"{type(exc).__name__}: {exc}") from exc
-        return _unwrap(response)
+        return _unwrap(response, self._wall_clock())
 
     async def _current_token(self) -> _Token:
         async with self._token_lock:
@@ -387,9 +456,12 @@ class OctoparseClient:
         return self._token
 
 
-def _unwrap(response: httpx.Response) -> tuple[Any, str | None]:
-    """The `data` of an answer, or the OctoparseError it carries (even under HTTP 200)."""
+def _unwrap(response: httpx.Response, now: float) -> tuple[Any, str | None]:
+    """The `data` of an answer, or the OctoparseError it carries (even under HTTP 200).
+
+    `now` (Unix seconds) reads a `Retry-After` given as an HTTP date."""
     status = response.status_code
+    retry_after = parse_retry_after(response.headers.get("retry-after"), now, float("inf"))
     try:
         body = json.loads(response.content)
     except ValueError:
@@ -397,7 +469,9 @@ def _unwrap(response: httpx.Response) -> tuple[Any, str | None]:
     if not isinstance(body, dict):
         snippet = response.text[:200] if response.content else ""
         code = "BadResponse" if status < 400 else f"HTTP{status}"
-        raise OctoparseError(code, snippet or "answer is not a JSON object", status=status)
+        raise OctoparseError(
+            code, snippet or "answer is not a JSON object", status=status, retry_after=retry_after
+        )
     request_id = body.get("requestId")
     request_id = str(request_id) if request_id is not None else None
     error = body.get("error")
@@ -407,13 +481,20 @@ def _unwrap(response: httpx.Response) -> tuple[Any, str | None]:
             str(error.get("message") or ""),
             request_id=request_id,
             status=status,
+            retry_after=retry_after,
         )
     if isinstance(error, str) and error.lower() not in ("", "success"):
         message = body.get("error_Description") or body.get("message") or ""
-        raise OctoparseError(error, str(message), request_id=request_id, status=status)
+        raise OctoparseError(
+            error, str(message), request_id=request_id, status=status, retry_after=retry_after
+        )
     if status >= 400:
         raise OctoparseError(
-            f"HTTP{status}", str(body.get("message") or ""), request_id=request_id, status=status
+            f"HTTP{status}",
+            str(body.get("message") or ""),
+            request_id=request_id,
+            status=status,
+            retry_after=retry_after,
         )
     if "data" not in body:
         raise OctoparseError("BadResponse", "answer without data", request_id=request_id)

@@ -1,23 +1,28 @@
 # Where collected rows wait for their readers. Both kinds read the same outbox stream the crawlers
 # write to:
-# - AmqpQueue: one drainer publishes the stream to RabbitMQ in batches of `confirm_window`, all
-#   concurrently with publisher confirms, and advances the stream's ack cursor only once every
-#   message of the batch is confirmed. A crash or a lost connection repeats at most that batch
-#   (same message ids). `/consume` and `/queue/size` ask RabbitMQ.
+# - AmqpQueue: one drainer publishes the stream to RabbitMQ with publisher confirms, in pipelined
+#   batches: up to `batches_in_flight` batches (together at most `confirm_window` messages) are
+#   sent and awaiting confirms while the next one is read from the store. Batches are settled in
+#   order and the stream's ack cursor advances past a batch only once it and every batch before
+#   it were confirmed; the first failure abandons the rest and everything after the cursor is sent
+#   again. A crash or a lost connection therefore repeats at most `confirm_window` messages (same
+#   message ids). `/consume` and `/queue/size` ask RabbitMQ.
 # - EmbeddedQueue: no broker; the stream itself is the queue. `/consume` takes from it in order,
 #   honouring each message's TTL.
 from __future__ import annotations
 
 import random
+from collections import deque
 from typing import Any, Protocol
 
 import trio
 
 from daemon import metrics
-from daemon.broker import AmqpBroker, BrokerError
+from daemon.broker import AmqpBroker, BrokerError, Publishing
+from daemon.broker_rules import batch_limit
 from daemon.collector.messages import ConsumedMessage, consumed_from_item, decode_body, outgoing
 from daemon.logs import get_logger
-from daemon.outbox import Outbox, now_ms
+from daemon.outbox import Item, Outbox, now_ms
 from daemon.supervise import restart_delay
 
 log = get_logger("collector.queue")
@@ -78,6 +83,8 @@ class AmqpQueue:
         self.published = 0
         self.expired_before_publish = 0
         self.failed_batches = 0
+        self._failures = 0
+        """Failures since the last confirmed batch (drives the retry backoff)."""
         self.last_error: str | None = None
 
     async def consume(self, count: int) -> list[ConsumedMessage]:
@@ -124,35 +131,63 @@ class AmqpQueue:
         return info
 
     async def drain(self, broker: AmqpBroker, rng: random.Random | None = None) -> None:
-        """Publish the stream in order, forever; retry a failed batch with backoff."""
+        """Publish the stream in order, forever; after a failed batch, back off and send
+        everything after the ack cursor again."""
         rng = rng or random.Random()
-        failures = 0
         while True:
-            batch = await self.outbox.next_batch(self.stream, self.confirm_window)
-            at = now_ms()
-            messages = [m for item in batch if (m := outgoing(item, at)) is not None]
             try:
-                if messages:
-                    await broker.publish_batch(messages)
+                await self._pipeline(broker)
             except BrokerError as exc:
-                failures += 1
+                self._failures += 1
                 self.failed_batches += 1
                 metrics.queue_publish_failures.labels(self.stream).inc()
                 self.last_error = str(exc)
-                delay = restart_delay(failures, 0.2, 10.0, rng)
+                delay = restart_delay(self._failures, 0.2, 10.0, rng)
                 log.warning(
-                    "publish failed; the batch will be sent again",
-                    messages=len(messages),
-                    first_seq=batch[0].seq,
+                    "publish failed; unconfirmed rows will be sent again",
                     retry_in_s=round(delay, 2),
                     error=str(exc),
                 )
                 await trio.sleep(delay)
                 continue
-            failures = 0
-            self.last_error = None
-            await self.outbox.ack(self.stream, batch[-1].seq)
-            self.published += len(messages)
-            self.expired_before_publish += len(batch) - len(messages)
-            metrics.queue_published.labels(self.stream, "confirmed").inc(len(messages))
-            metrics.queue_published.labels(self.stream, "expired").inc(len(batch) - len(messages))
+
+    async def _pipeline(self, broker: AmqpBroker) -> None:
+        """Keep batches in flight until one fails (raises its BrokerError)."""
+        in_flight: deque[tuple[list[Item], Publishing | None, int]] = deque()
+        unconfirmed = 0
+        after = 0  # 0: from the ack cursor
+        settings = broker.settings
+        try:
+            while True:
+                limit = batch_limit(
+                    settings.confirm_window, settings.batches_in_flight, unconfirmed
+                )
+                if limit > 0:
+                    batch = await self.outbox.next_batch(
+                        self.stream, limit, after=after, wait=not in_flight
+                    )
+                    if batch:
+                        at = now_ms()
+                        messages = [m for item in batch if (m := outgoing(item, at)) is not None]
+                        publishing = await broker.start_publish(messages) if messages else None
+                        in_flight.append((batch, publishing, len(messages)))
+                        unconfirmed += len(batch)
+                        after = batch[-1].seq
+                        continue
+                # Nothing more to send now (or no room): settle the oldest batch.
+                batch, publishing, sent = in_flight[0]
+                if publishing is not None:
+                    await publishing.confirmed()
+                in_flight.popleft()
+                unconfirmed -= len(batch)
+                await self.outbox.ack(self.stream, batch[-1].seq)
+                self.last_error = None
+                self._failures = 0
+                self.published += sent
+                self.expired_before_publish += len(batch) - sent
+                metrics.queue_published.labels(self.stream, "confirmed").inc(sent)
+                metrics.queue_published.labels(self.stream, "expired").inc(len(batch) - sent)
+        finally:
+            for _, publishing, _ in in_flight:
+                if publishing is not None:
+                    publishing.abandon()

@@ -5,9 +5,9 @@
 # indexes (offset <= 0 means from the start) and the answer's `offset` is the next index. Dates
 # are generated relative to a `now` function the test controls, newest last. Every awkward
 # behaviour the collector must survive can be switched on from Python (`OctoparseSim`) or over
-# HTTP (`/_sim/...`): growth while paging, shrinking totals, short pages, 429s, error bodies under
-# HTTP 200, tokens expiring. All state changes happen in async handlers without awaiting, so
-# they are atomic under trio.
+# HTTP (`/_sim/...`): growth while paging, shrinking totals, short pages, 429s (with or without
+# `Retry-After`), error bodies with any code under any status (200 included), tokens expiring.
+# All state changes happen in async handlers without awaiting, so they are atomic under trio.
 #
 #   python -m daemon.fakes.octoparse --bind 127.0.0.1:8701 --rows 5000 --days 10
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 from zoneinfo import ZoneInfo
 
 import msgspec
@@ -67,6 +67,8 @@ class _Fault(msgspec.Struct, kw_only=True):
     remaining: int = 0
     every: int = 0
     path: str | None = None
+    retry_after: str | None = None
+    """A `Retry-After` header value sent with the fault (delta-seconds or an HTTP date)."""
     seen: int = 0
 
     def fires(self, path: str) -> bool:
@@ -193,8 +195,16 @@ class OctoparseSim:
         task = self.task(task_id)
         del task.rows[max(total, 0) :]
 
-    def throttle(self, *, next: int = 0, every: int = 0, path: str | None = None) -> None:
-        """Answer 429 to the next `next` requests and/or to every `every`-th one."""
+    def throttle(
+        self,
+        *,
+        next: int = 0,
+        every: int = 0,
+        path: str | None = None,
+        retry_after: str | None = None,
+    ) -> None:
+        """Answer 429 to the next `next` requests and/or to every `every`-th one, with a
+        `Retry-After: <retry_after>` header when given."""
         self._faults.append(
             _Fault(
                 status=429,
@@ -203,6 +213,7 @@ class OctoparseSim:
                 remaining=next,
                 every=every,
                 path=path,
+                retry_after=retry_after,
             )
         )
 
@@ -215,11 +226,19 @@ class OctoparseSim:
         status: int = 200,
         every: int = 0,
         path: str | None = None,
+        retry_after: str | None = None,
     ) -> None:
-        """Answer `{error:{code, message}}` with `status` (default 200) to the next requests."""
+        """Answer `{error:{code, message}}` with `status` (default 200) to the next requests
+        (any code: `SystemBusy` under 200 is how upstream reports a transient fault)."""
         self._faults.append(
             _Fault(
-                status=status, code=code, message=message, remaining=count, every=every, path=path
+                status=status,
+                code=code,
+                message=message,
+                remaining=count,
+                every=every,
+                path=path,
+                retry_after=retry_after,
             )
         )
 
@@ -289,10 +308,13 @@ class OctoparseSim:
     def _ok(self, data: Any) -> JSONResponse:
         return JSONResponse({"data": data, "requestId": self._request_id()})
 
-    def _error(self, status: int, code: str, message: str) -> JSONResponse:
+    def _error(
+        self, status: int, code: str, message: str, retry_after: str | None = None
+    ) -> JSONResponse:
         return JSONResponse(
             {"error": {"code": code, "message": message}, "requestId": self._request_id()},
             status_code=status,
+            headers={"Retry-After": retry_after} if retry_after is not None else None,
         )
 
     def _arrive(self, request: Request) -> JSONResponse | None:
@@ -302,7 +324,7 @@ class OctoparseSim:
         for fault in self._faults:
             if fault.fires(path):
                 self.faults_served[f"{fault.status} {fault.code}"] += 1
-                response = self._error(fault.status, fault.code, fault.message)
+                response = self._error(fault.status, fault.code, fault.message, fault.retry_after)
                 self._faults = [f for f in self._faults if not f.spent]
                 return response
         self._faults = [f for f in self._faults if not f.spent]
@@ -465,7 +487,9 @@ class OctoparseSim:
 
     async def _sim_throttle(self, request: Request) -> Response:
         spec = await read_json_body(request, _Throttle)
-        self.throttle(next=spec.next, every=spec.every, path=spec.path)
+        self.throttle(
+            next=spec.next, every=spec.every, path=spec.path, retry_after=spec.retry_after
+        )
         return JSONResponse({"faults": len(self._faults)})
 
     async def _sim_fail(self, request: Request) -> Response:
@@ -477,6 +501,7 @@ class OctoparseSim:
             status=spec.status,
             every=spec.every,
             path=spec.path,
+            retry_after=spec.retry_after,
         )
         return JSONResponse({"faults": len(self._faults)})
 
@@ -516,6 +541,10 @@ class OctoparseSim:
         return Starlette(routes=routes, exception_handlers={HTTPError: handle_http_error})
 
 
+HeaderValue = Annotated[str, msgspec.Meta(pattern=r"^[ -~]{1,64}$")]
+"""A printable-ASCII header value (a `Retry-After` the control API will send back)."""
+
+
 class _AddTask(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     name: str = "demo"
     rows: int = 0
@@ -547,6 +576,7 @@ class _Throttle(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     next: int = 0
     every: int = 0
     path: str | None = None
+    retry_after: HeaderValue | None = None
 
 
 class _Fail(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -556,6 +586,7 @@ class _Fail(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     status: int = 200
     every: int = 0
     path: str | None = None
+    retry_after: HeaderValue | None = None
 
 
 class _Expire(msgspec.Struct, forbid_unknown_fields=True):

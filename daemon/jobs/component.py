@@ -38,4 +38,4 @@ def install(daemon: Daemon) -> None:
 
 
 def check_secrets(cfg: config.Config) -> None:
-    config.resolve_secret(cfg.webhooks.secret_env, "$.webhooks.secret_env")
+    config.webhook_secret(cfg.webhooks)

@@ -12,8 +12,18 @@
 #   failed (the job is "degraded"). A degraded durable job first sends what it can still read
 #   from disk, then the memory queue; anything left unread on disk goes out after a restart.
 #
-# The HTTP side (`Deliverer`) is shared by every drainer: one httpx client, the signing secret,
-# the retry schedule and the per-host limiters, all swappable on reload.
+# Failing soft: anything that goes wrong while building or sending one delivery (settings an older
+# crawld stored that today's rules refuse, an encoding error, a bug) is that event's final failure,
+# recorded as a job error, never an exception that restarts the drainer in a loop.
+#
+# 410 Gone disables the endpoint for the job: the event and every later one (also those issued
+# afterwards) become ONE job error whose count grows, the cursor moves to the end, and a row in
+# `webhook_gone` keeps it so after a restart. The job's own status is not touched.
+#
+# The HTTP side (`Deliverer`) is shared by every drainer: one httpx client (connection pool) per
+# destination host, so TLS sessions are never shared between names on one IP, closed when idle;
+# the signing secret, the retry schedule, the per-host limiters (all swappable on reload) and a
+# short-lived cache of vetted addresses (see ssrf.VettingCache).
 from __future__ import annotations
 
 import functools
@@ -31,22 +41,24 @@ import trio
 from prometheus_client import Counter, Histogram
 
 from daemon import outbox as outbox_mod
-from daemon.config import WebhooksConfig, WebhookSpec, resolve_secret
-from daemon.jobs import events, retry, signing, ssrf
+from daemon.config import WebhookFields, WebhooksConfig, webhook_secret
+from daemon.jobs import events, retry, signing, ssrf, webhook_rules
 from daemon.jobs import store as jobstore
 from daemon.logs import get_logger
 from daemon.metrics import REGISTRY
 from daemon.outbox import Item, MemoryStream, Outbox, Signal
+from daemon.redact import redact_url
 from daemon.store import Store
 
 log = get_logger("webhooks")
 
-OUTCOMES = ("delivered", "failed", "blocked", "degraded", "dropped")
+OUTCOMES = ("delivered", "failed", "blocked", "skipped", "degraded", "dropped")
 EVENTS = Counter(
     "crawld_webhook_events",
-    "Webhook events by outcome: delivered, failed (retries exhausted or 410), blocked (SSRF "
-    "guard) are final; degraded counts events queued in memory because the store failed; "
-    "dropped counts memory-queued events lost at shutdown",
+    "Webhook events by outcome: delivered, failed (retries exhausted, 410, invalid settings), "
+    "blocked (SSRF guard) and skipped (not sent: the endpoint answered 410 Gone earlier) are "
+    "final; degraded counts events queued in memory because the store failed; dropped counts "
+    "memory-queued events lost at shutdown",
     ["outcome"],
     registry=REGISTRY,
 )
@@ -72,6 +84,8 @@ for _outcome in OUTCOMES:
     EVENTS.labels(_outcome)
 
 READ_BATCH = 64
+CLIENT_IDLE_S = 60.0
+"""A destination host's HTTP client is closed after this long without a request."""
 
 
 @dataclass(eq=False)
@@ -80,7 +94,7 @@ class JobState:
 
     id: str
     kind: str
-    webhook: WebhookSpec | None
+    webhook: WebhookFields | None
     durable: bool
     """Events go to the outbox stream (jobs.store); False: the memory queue only."""
     last_seq: int = 0
@@ -106,14 +120,21 @@ class JobState:
     wake: Signal = field(default_factory=Signal)
     done: trio.Event = field(default_factory=trio.Event)
     host_key: str = ""
+    problem: str | None = None
+    """Why the webhook setting cannot be used (stored by an older crawld); each event fails."""
+    gone: jobstore.GoneMark | None = None
+    """The endpoint answered 410 Gone: nothing more is sent (kept in the store)."""
+    gone_checked: bool = False
 
     def __post_init__(self) -> None:
         if self.webhook is not None:
+            hook = self.webhook
+            self.problem = webhook_rules.webhook_problem(hook.url, hook.headers, hook.metadata)
             try:
-                url = httpx.URL(self.webhook.url)
+                url = httpx.URL(hook.url)
                 self.host_key = f"{url.scheme}://{url.host}:{url.port or ''}"
             except httpx.InvalidURL:  # the SSRF guard refuses it at the first attempt
-                self.host_key = self.webhook.url
+                self.host_key = hook.url
 
     @property
     def stream(self) -> str:
@@ -142,7 +163,7 @@ class DeliverySettings(msgspec.Struct, frozen=True):
     @classmethod
     def from_config(cls, cfg: WebhooksConfig) -> DeliverySettings:
         return cls(
-            secret=resolve_secret(cfg.secret_env, "$.webhooks.secret_env"),
+            secret=webhook_secret(cfg),
             timeout=float(cfg.timeout),
             schedule=tuple(float(s) for s in cfg.retry_schedule),
             allow=tuple(ssrf.parse_networks(cfg.allow_cidrs)),
@@ -153,7 +174,7 @@ class DeliverySettings(msgspec.Struct, frozen=True):
 class Final(msgspec.Struct, frozen=True):
     """An event's final outcome."""
 
-    outcome: str  # delivered | failed | blocked
+    outcome: str  # delivered | failed | blocked | gone
     attempts: int
     status: int | None
     reason: str
@@ -163,6 +184,13 @@ def _result_label(status: int | None, kind: str | None) -> str:
     if status is not None:
         return f"{status // 100}xx"
     return kind or "network"
+
+
+class _HostClient:
+    def __init__(self, client: httpx.AsyncClient, now: float) -> None:
+        self.client = client
+        self.in_use = 0
+        self.last_used = now
 
 
 class Deliverer:
@@ -176,12 +204,16 @@ class Deliverer:
     ) -> None:
         self.settings = settings
         self.client = client
+        """One client for every host (tests); None: a client per destination host."""
         self.rng = rng or random.Random()
         self.outcomes: Tally[str] = Tally()
+        self.vetting = ssrf.VettingCache()
         self._limiters: dict[str, trio.CapacityLimiter] = {}
+        self._clients: dict[str, _HostClient] = {}
 
     def reconfigure(self, settings: DeliverySettings) -> None:
         self.settings = settings
+        self.vetting.clear()
         for limiter in self._limiters.values():
             limiter.total_tokens = settings.per_host
 
@@ -191,44 +223,95 @@ class Deliverer:
             limiter = self._limiters[host_key] = trio.CapacityLimiter(self.settings.per_host)
         return limiter
 
+    @property
+    def host_clients(self) -> int:
+        return len(self._clients)
+
+    async def close_idle(self, now: float, idle_s: float = CLIENT_IDLE_S) -> int:
+        """Close the clients of hosts without a request for `idle_s` (monotonic `now`)."""
+        idle = [
+            key
+            for key, held in self._clients.items()
+            if held.in_use == 0 and now - held.last_used >= idle_s
+        ]
+        for key in idle:
+            await self._clients.pop(key).client.aclose()
+        return len(idle)
+
+    async def aclose(self) -> None:
+        """Close every host's client (shutdown)."""
+        clients, self._clients = list(self._clients.values()), {}
+        for held in clients:
+            with trio.CancelScope(shield=True):
+                await held.client.aclose()
+
+    def _acquire(self, host_key: str) -> _HostClient:
+        held = self._clients.get(host_key)
+        if held is None:
+            client = ssrf.new_client(max_connections=max(1, self.settings.per_host))
+            held = self._clients[host_key] = _HostClient(client, trio.current_time())
+        held.in_use += 1
+        return held
+
     async def deliver(self, job: JobState, item: Item) -> Final:
-        assert job.webhook is not None and self.client is not None
+        """Attempts until a final outcome. Never raises for a problem with this one delivery
+        (bad settings, encoding, an unexpected error): that is the event's final failure."""
+        assert job.webhook is not None
+        if job.problem is not None:
+            return Final("failed", 0, None, f"invalid webhook settings: {job.problem}")
         webhook = job.webhook
         type_ = item.meta.get("type")
         attempt = 0
         while True:
             attempt += 1
             settings = self.settings
-            headers = signing.attempt_headers(
-                item.body,
-                webhook_id=item.key,
-                timestamp=int(time.time()),
-                secret=settings.secret,
-                event_type=type_,
-                job_id=job.id,
-                user_headers=webhook.headers,
-            )
             status: int | None = None
             kind: str | None = None
             retry_after: str | None = None
             detail: str | None = None
             async with self.limiter(job.host_key):
                 started = time.perf_counter()
+                held = None if self.client is not None else self._acquire(job.host_key)
                 try:
-                    response = await ssrf.post_vetted(
-                        self.client,
+                    headers = signing.attempt_headers(
+                        item.body,
+                        webhook_id=item.key,
+                        timestamp=int(time.time()),
+                        secret=settings.secret,
+                        event_type=type_,
+                        job_id=job.id,
+                        user_headers=webhook.headers,
+                    )
+                    answer = await ssrf.send_vetted(
+                        self.client or held.client,  # type: ignore[union-attr]
                         webhook.url,
                         item.body,
                         headers,
                         settings.allow,
                         settings.timeout,
+                        cache=self.vetting,
+                        now=trio.current_time(),
                     )
-                    status = response.status_code
-                    retry_after = response.headers.get("retry-after")
+                    status = answer.status
+                    retry_after = answer.retry_after
                 except ssrf.BlockedAddress as exc:
                     kind, detail = ssrf.error_kind(exc), exc.reason
                 except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
                     kind = ssrf.error_kind(exc)
+                except Exception as exc:
+                    # Not a network outcome: the request could not be built or sent (h11 refusing
+                    # a header, an encoding error). Retrying would fail the same way.
+                    ATTEMPTS.labels("error").inc()
+                    return Final(
+                        "failed",
+                        attempt,
+                        None,
+                        f"the request could not be built or sent ({type(exc).__name__})",
+                    )
+                finally:
+                    if held is not None:
+                        held.in_use -= 1
+                        held.last_used = trio.current_time()
             ATTEMPT_SECONDS.observe(time.perf_counter() - started)
             ATTEMPTS.labels(_result_label(status, kind)).inc()
             decision = retry.decide(
@@ -274,6 +357,12 @@ class JobDrainer:
     async def run(self) -> None:
         job = self.job
         try:
+            if not job.gone_checked:
+                try:
+                    job.gone = await self.store.read(lambda c: jobstore.webhook_gone(c, job.id))
+                    job.gone_checked = True
+                except apsw.Error as exc:
+                    log.warning("could not read the job's webhook state", job=job.id, error=exc)
             if job.durable and not job.disk_closed:
                 await self._drain_disk()
             await self._drain_memory()
@@ -308,8 +397,16 @@ class JobDrainer:
                     return
                 await woken.wait()
                 continue
+            if job.gone is not None:
+                if not await self._skip_disk(batch):
+                    return
+                continue
             for item in batch:
                 final = await self._send(item)
+                if final.outcome == "gone":
+                    if not await self._gone(item, final, durable=True):
+                        return
+                    break  # the cursor moved to the end: read again
                 error = self._error_for(item, final)
                 try:
                     await self.outbox.ack(
@@ -341,8 +438,15 @@ class JobDrainer:
             memory = job.memory
             if memory is not None and memory.pending:
                 [item] = await memory.next_batch(1)
+                if job.gone is not None:
+                    await memory.ack(item.seq)
+                    await self._skip_memory(1)
+                    continue
                 final = await self._send(item)
                 await memory.ack(item.seq)
+                if final.outcome == "gone":
+                    await self._gone(item, final, durable=False)
+                    continue
                 error = self._error_for(item, final)
                 if error is not None:
                     try:
@@ -360,6 +464,75 @@ class JobDrainer:
                 return
             await woken.wait()
 
+    async def _gone(self, item: Item, final: Final, *, durable: bool) -> bool:
+        """The endpoint answered 410 Gone for `item`: record the one error and the mark, skip
+        what is queued. False when the store failed (the disk drain must stop)."""
+        job = self.job
+        assert job.webhook is not None
+        eid = events.event_id(job.id, item.meta.get("seq", 0))
+        type_ = str(item.meta.get("type", "?"))
+        at = self.clock_ms()
+        url = redact_url(job.webhook.url)
+
+        def tx(conn: apsw.Connection) -> jobstore.GoneMark:
+            return jobstore.mark_gone(
+                conn,
+                job.id,
+                event_id=eid,
+                type_=type_,
+                url=url,
+                at_ms=at,
+                stream=job.stream if durable else None,
+                seq=item.seq,
+            )
+
+        ok = True
+        try:
+            mark = await self.store.write(tx)
+        except apsw.Error as exc:
+            ok = False
+            self._close_disk("recording a 410 Gone failed", exc)
+            mark = jobstore.GoneMark(event_id=eid, type=type_, error_id="", skipped=0)
+        job.gone = mark
+        self._finalized(item, Final("failed", final.attempts, final.status, final.reason))
+        self._skipped(mark.skipped)
+        log.warning(
+            "webhook endpoint gone (HTTP 410); the job's later events are not sent",
+            job=job.id,
+            event=eid,
+            type=type_,
+            skipped=mark.skipped,
+        )
+        return ok
+
+    async def _skip_disk(self, batch: list[Item]) -> bool:
+        job = self.job
+        upto, count = batch[-1].seq, len(batch)
+        try:
+            await self.store.write(
+                lambda c: jobstore.skip_gone(c, job.id, count, stream=job.stream, upto=upto)
+            )
+        except apsw.Error as exc:
+            self._close_disk("advancing the webhook cursor failed", exc)
+            return False
+        self._skipped(count)
+        return True
+
+    async def _skip_memory(self, count: int) -> None:
+        job = self.job
+        try:
+            await self.store.write(lambda c: jobstore.skip_gone(c, job.id, count))
+        except apsw.Error as exc:
+            log.error("could not count a webhook event not sent", job=job.id, error=exc)
+        self._skipped(count)
+
+    def _skipped(self, count: int) -> None:
+        if count:
+            self.job.pending = max(0, self.job.pending - count)
+            self.deliverer.outcomes["skipped"] += count
+            EVENTS.labels("skipped").inc(count)
+            log.debug("webhook events not sent: the endpoint is gone", job=self.job.id, n=count)
+
     async def _send(self, item: Item) -> Final:
         self.job.head_ms = item.created_ms
         try:
@@ -374,7 +547,7 @@ class JobDrainer:
         eid = events.event_id(self.job.id, item.meta.get("seq", 0))
         return {
             "code": events.WEBHOOK_FAILED,
-            "url": self.job.webhook.url,
+            "url": redact_url(self.job.webhook.url),
             "error": events.undelivered_error(eid, item.meta.get("type", "?"), final.reason),
         }
 

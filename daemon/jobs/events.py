@@ -143,6 +143,14 @@ def decode_body(raw: bytes) -> WebhookBody:
     return _decoder.decode(raw)
 
 
+def gone_error(event_id_: str, type_: str, skipped: int) -> str:
+    """The one job error of a job whose webhook endpoint answered 410 Gone."""
+    later = "1 later event" if skipped == 1 else f"{skipped} later events"
+    return (
+        f"webhook endpoint gone at eventId {event_id_} ({type_}: HTTP 410 Gone); {later} not sent"
+    )
+
+
 class TerminalAlreadyIssued(Exception):
     """An event was issued for a job whose terminal event has already been issued."""
 

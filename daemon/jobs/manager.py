@@ -36,17 +36,17 @@ from prometheus_client.registry import Collector
 
 from daemon import config
 from daemon import outbox as outbox_mod
-from daemon.config import JobsConfig, WebhooksConfig, WebhookSpec
+from daemon.config import JobsConfig, WebhookFields, WebhooksConfig, WebhookSpec
 from daemon.jobs import events
 from daemon.jobs import store as jobstore
 from daemon.jobs.drainer import (
+    CLIENT_IDLE_S,
     EVENTS,
     Deliverer,
     DeliverySettings,
     JobDrainer,
     JobState,
 )
-from daemon.jobs.ssrf import new_client
 from daemon.jobs.store import JobError, JobFinished, JobNotFound, JobRecord
 from daemon.logs import get_logger
 from daemon.metrics import REGISTRY
@@ -361,7 +361,10 @@ class JobManager:
             "degraded_jobs": sum(1 for j in jobs if j.degraded),
             "oldest_pending_s": round((now - min(heads)) / 1000, 3) if heads else None,
             "unsaved_finishes": len(self._unsaved),
-            "outcomes": {o: self.deliverer.outcomes[o] for o in ("delivered", "failed", "blocked")},
+            "host_clients": self.deliverer.host_clients,
+            "outcomes": {
+                o: self.deliverer.outcomes[o] for o in ("delivered", "failed", "blocked", "skipped")
+            },
         }
 
     # -- components ------------------------------------------------------------------------
@@ -370,10 +373,7 @@ class JobManager:
         """The drainers: resume every job with events left after a restart, then start one for
         each new job with a webhook. Runs until cancelled."""
         async with contextlib.AsyncExitStack() as stack:
-            if self.deliverer.client is None:
-                client = new_client()
-                self.deliverer.client = await stack.enter_async_context(client)
-                stack.callback(setattr, self.deliverer, "client", None)
+            stack.push_async_callback(self.deliverer.aclose)
             stack.callback(self._stopped)
             self._stopping = False
             found = await self.store.read(jobstore.resumable)
@@ -387,7 +387,9 @@ class JobManager:
                 for job in list(self._active.values()):
                     self._spawn(job)
                 task_status.started()
-                await trio.sleep_forever()
+                while True:
+                    await trio.sleep(CLIENT_IDLE_S / 2)
+                    await self.deliverer.close_idle(trio.current_time())
 
     def _stopped(self) -> None:
         self._nursery = None
@@ -602,7 +604,7 @@ class JobManager:
 def _new_item(
     kind: str,
     job_id: str,
-    webhook: WebhookSpec,
+    webhook: WebhookFields,
     name: str,
     seq: int,
     data: list[Any],

@@ -6,7 +6,8 @@
 # errors, unresolvable hosts, 5xx, 429 and every other non-2xx (3xx included: redirects are not
 # followed) are retried after schedule[n-1] seconds with ±20 % jitter, so many jobs failing at
 # once do not retry in lockstep. `Retry-After` sets a floor on that wait (capped, so a receiver
-# cannot park an event for days). 410 Gone stops at once; a blocked address is never retried.
+# cannot park an event for days). 410 Gone stops at once and is its own outcome, `gone`: the
+# drainer then stops sending to that endpoint for the whole job. A blocked address is never retried.
 # After len(schedule) retries the event has its final outcome: failed.
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ DEFAULT_SCHEDULE: tuple[float, ...] = (5.0, 60.0, 300.0, 900.0, 3600.0)
 DEFAULT_RETRY_AFTER_CAP = 3600.0
 JITTER = 0.2
 
-DecisionKind = Literal["delivered", "retry", "failed", "blocked"]
+DecisionKind = Literal["delivered", "retry", "failed", "blocked", "gone"]
 ErrorKind = Literal["timeout", "connect", "dns", "network", "blocked"]
 
 _ERROR_TEXT: dict[str, str] = {
@@ -41,7 +42,7 @@ class Decision(msgspec.Struct, frozen=True):
     delay: float = 0.0
     """Seconds to wait before the next attempt (only for `retry`)."""
     reason: str = ""
-    """For `failed`/`blocked`: why the event was not delivered, for the job error and the log."""
+    """For a final kind other than `delivered`: why the event was not delivered (job error, log)."""
 
     @property
     def final(self) -> bool:
@@ -111,7 +112,7 @@ def decide(
     if error_kind == "blocked":
         return Decision("blocked", reason=f"address blocked ({reason_detail or 'not allowed'})")
     if status == 410:
-        return Decision("failed", reason=f"{what} (Gone) on attempt {attempt_no}; not retried")
+        return Decision("gone", reason=f"{what} (Gone) on attempt {attempt_no}; not retried")
     if attempt_no > len(schedule):
         attempts = "1 attempt" if attempt_no == 1 else f"{attempt_no} attempts"
         return Decision("failed", reason=f"gave up after {attempts}; last: {what}")

@@ -21,19 +21,13 @@ import hashlib
 import hmac
 from collections.abc import Mapping, Sequence
 
+from daemon.jobs.webhook_rules import is_managed_header
+
 FIRECRAWL_SIGNATURE = "X-Firecrawl-Signature"
 WEBHOOK_ID = "webhook-id"
 WEBHOOK_TIMESTAMP = "webhook-timestamp"
 WEBHOOK_SIGNATURE = "webhook-signature"
 USER_AGENT = "crawld-webhooks/1"
-
-_MANAGED_PREFIXES = ("x-firecrawl-", "webhook-")
-_MANAGED_NAMES = frozenset({"content-type", "content-length", "host"})
-
-
-def is_managed_header(name: str) -> bool:
-    lowered = name.lower()
-    return lowered in _MANAGED_NAMES or lowered.startswith(_MANAGED_PREFIXES)
 
 
 def standard_key(secret: str) -> bytes:

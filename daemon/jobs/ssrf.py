@@ -18,8 +18,13 @@
 # 127.0.0.0/8 allows loopback, nothing else.
 #
 # One caveat for callers sharing an httpx.AsyncClient: its pool is keyed by (scheme, IP, port),
-# so two https hosts on one IP may share a TLS connection verified for the first name. Use a
-# client per destination host if that matters.
+# so two https hosts on one IP may share a TLS connection verified for the first name. The
+# webhook drainer therefore uses one client per destination host.
+#
+# Vetting a name costs a getaddrinfo per request, so a `VettingCache` may keep a vetted address
+# for a short time (VETTING_TTL, 30 s): requests in that window connect to the address that was
+# vetted, exactly as a single request does, so caching adds no window for rebinding; it only
+# delays noticing that a name now points elsewhere by at most the TTL. Failures are not cached.
 from __future__ import annotations
 
 import http.cookiejar
@@ -35,7 +40,6 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 MAX_RESPONSE_BODY = 4096
-_REENCODED = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 
 _V4_BLOCKED: tuple[tuple[str, str], ...] = (
     ("0.0.0.0/8", "unspecified"),
@@ -58,12 +62,14 @@ _V4_BLOCKED: tuple[tuple[str, str], ...] = (
 _V6_BLOCKED: tuple[tuple[str, str], ...] = (
     ("::/128", "unspecified"),
     ("::1/128", "loopback"),
+    ("::ffff:0:0:0/96", "reserved (IPv4-translated, SIIT)"),
     ("64:ff9b:1::/48", "reserved (local-use NAT64)"),
     ("100::/64", "reserved (discard-only)"),
     ("2001:2::/48", "reserved (benchmarking)"),
     ("2001:10::/28", "reserved (ORCHID)"),
     ("2001:db8::/32", "documentation"),
     ("3fff::/20", "documentation"),
+    ("5f00::/16", "reserved (SRv6 SIDs)"),
     ("fc00::/7", "private (unique local)"),
     ("fe80::/10", "link-local"),
     ("fec0::/10", "private (site-local)"),
@@ -97,6 +103,42 @@ class Vetted(msgspec.Struct, frozen=True):
     """The URL's host (IDNA-encoded), for SNI."""
     port: int
     scheme: str
+
+
+VETTING_TTL = 30.0
+"""Seconds a `VettingCache` keeps a vetted address."""
+
+
+class VettingCache:
+    """Vetted addresses by (URL, allow list) for `ttl` seconds of a monotonic clock the caller
+    passes in; at most `max_entries` (the oldest go first)."""
+
+    def __init__(self, ttl: float = VETTING_TTL, max_entries: int = 4096) -> None:
+        self.ttl = ttl
+        self.max_entries = max_entries
+        self._entries: dict[tuple[str, tuple[Network, ...]], tuple[float, Vetted]] = {}
+
+    def get(self, url: str, allow: Sequence[Network], now: float) -> Vetted | None:
+        key = (url, tuple(allow))
+        found = self._entries.get(key)
+        if found is None:
+            return None
+        if found[0] <= now:
+            del self._entries[key]
+            return None
+        return found[1]
+
+    def put(self, url: str, allow: Sequence[Network], vetted: Vetted, now: float) -> None:
+        if len(self._entries) >= self.max_entries:
+            for stale in list(self._entries)[: max(1, self.max_entries // 8)]:
+                del self._entries[stale]
+        self._entries[(url, tuple(allow))] = (now + self.ttl, vetted)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def parse_networks(cidrs: Iterable[str]) -> list[Network]:
@@ -237,6 +279,65 @@ def pinned_request(
     return request
 
 
+class Answer(msgspec.Struct, frozen=True):
+    """What the drainer needs from one answer: status, Retry-After, the start of the body."""
+
+    status: int
+    retry_after: str | None
+    body: bytes
+    ip: str
+    """The vetted address the request went to."""
+
+
+async def send_vetted(
+    client: httpx.AsyncClient,
+    url: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    allow: Sequence[Network],
+    timeout: float,
+    *,
+    max_body: int = MAX_RESPONSE_BODY,
+    cache: VettingCache | None = None,
+    now: float = 0.0,
+) -> Answer:
+    """Vet `url` (or take its address from `cache`, read at monotonic time `now`), POST `body`
+    to the vetted address, never follow redirects.
+
+    The whole attempt (resolution included) is bounded by `timeout` seconds and raises
+    httpx.TimeoutException past it. At most `max_body` raw bytes of the answer are read (a longer
+    answer's connection is closed, not reused). Raises BlockedAddress / ResolutionFailed before
+    anything is sent, httpx errors after; `error_kind` maps them for `retry.decide`.
+    """
+    request: httpx.Request | None = None
+    with trio.move_on_after(timeout):
+        vetted = cache.get(url, allow, now) if cache is not None else None
+        if vetted is None:
+            vetted = await vet_url(url, allow)
+            if cache is not None:
+                cache.put(url, allow, vetted, now)
+        request = pinned_request(client, url, vetted, body, headers, timeout)
+        response = await client.send(request, follow_redirects=False, stream=True)
+        try:
+            if response.is_stream_consumed:  # a transport that read it already (tests' mocks)
+                content = response.content[:max_body]
+            else:
+                content = b""
+                async for chunk in response.aiter_raw():
+                    content += chunk
+                    if len(content) >= max_body:
+                        break
+        finally:
+            await response.aclose()
+        return Answer(
+            response.status_code,
+            response.headers.get("retry-after"),
+            content[:max_body],
+            vetted.ip,
+        )
+    raise httpx.TimeoutException(f"no answer within {timeout:g} s", request=request)
+
+
 async def post_vetted(
     client: httpx.AsyncClient,
     url: str | httpx.URL,
@@ -247,35 +348,16 @@ async def post_vetted(
     *,
     max_body: int = MAX_RESPONSE_BODY,
 ) -> httpx.Response:
-    """Vet `url`, POST `body` to the vetted address, never follow redirects.
-
-    The whole attempt (resolution included) is bounded by `timeout` seconds and raises
-    httpx.TimeoutException past it. The returned response holds at most `max_body` bytes of
-    the body. Raises BlockedAddress / ResolutionFailed before anything is sent, httpx errors
-    after; `error_kind` maps them for `retry.decide`.
-    """
-    request: httpx.Request | None = None
-    with trio.move_on_after(timeout):
-        vetted = await vet_url(url, allow)
-        request = pinned_request(client, url, vetted, body, headers, timeout)
-        response = await client.send(request, follow_redirects=False, stream=True)
-        try:
-            content = bytearray()
-            async for chunk in response.aiter_bytes():
-                content += chunk
-                if len(content) >= max_body:
-                    break
-        finally:
-            await response.aclose()
-        kept = [(k, v) for k, v in response.headers.multi_items() if k not in _REENCODED]
-        return httpx.Response(
-            response.status_code,
-            headers=kept,
-            content=bytes(content[:max_body]),
-            request=request,
-            extensions={"vetted_ip": vetted.ip},
-        )
-    raise httpx.TimeoutException(f"no answer within {timeout:g} s", request=request)
+    """`send_vetted` for callers that want an httpx.Response: it holds at most `max_body` bytes
+    of the (still encoded) body, and `extensions["vetted_ip"]` says where the request went."""
+    answer = await send_vetted(client, str(url), body, headers, allow, timeout, max_body=max_body)
+    headers_out = {} if answer.retry_after is None else {"retry-after": answer.retry_after}
+    return httpx.Response(
+        answer.status,
+        headers=headers_out,
+        content=answer.body,
+        extensions={"vetted_ip": answer.ip},
+    )
 
 
 def error_kind(exc: BaseException) -> str:

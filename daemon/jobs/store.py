@@ -14,9 +14,9 @@ from typing import Any, Literal
 import apsw
 import msgspec
 
-from daemon.config import WebhookSpec
-from daemon.jobs.events import Sequencer
-from daemon.outbox import drop_stream
+from daemon.config import WebhookFields, WebhookSpec
+from daemon.jobs.events import WEBHOOK_FAILED, Sequencer, gone_error
+from daemon.outbox import ack, drop_stream
 from daemon.store import one
 
 Status = Literal["scraping", "completed", "failed", "cancelled"]
@@ -48,7 +48,7 @@ class JobRecord(msgspec.Struct, frozen=True, kw_only=True):
     created_ms: int
     completed_ms: int | None
     expires_ms: int
-    webhook: WebhookSpec | None
+    webhook: WebhookFields | None
     source: dict[str, Any]
     last_seq: int
     terminated: bool
@@ -69,6 +69,7 @@ class JobError(msgspec.Struct, frozen=True, kw_only=True):
 
 _encode = msgspec.json.Encoder().encode
 _webhook_decoder = msgspec.json.Decoder(WebhookSpec)
+_unchecked_webhook_decoder = msgspec.json.Decoder(WebhookFields)
 _source_decoder = msgspec.json.Decoder(dict[str, Any])
 
 _COLUMNS = (
@@ -82,8 +83,15 @@ def stream_name(job_id: str) -> str:
     return f"webhook:{job_id}"
 
 
-def decode_webhook(raw: bytes | None) -> WebhookSpec | None:
-    return None if raw is None else _webhook_decoder.decode(raw)
+def decode_webhook(raw: bytes | None) -> WebhookFields | None:
+    """The stored setting: a WebhookSpec, or unchecked WebhookFields when today's rules refuse
+    what an older crawld stored (the drainer then fails its events softly)."""
+    if raw is None:
+        return None
+    try:
+        return _webhook_decoder.decode(raw)
+    except msgspec.ValidationError:
+        return _unchecked_webhook_decoder.decode(raw)
 
 
 def _record(row: Sequence[Any]) -> JobRecord:
@@ -112,7 +120,7 @@ def insert_job(
     *,
     job_id: str,
     kind: str,
-    webhook: WebhookSpec | None,
+    webhook: WebhookFields | None,
     source: dict[str, Any],
     at_ms: int,
     expires_ms: int,
@@ -237,6 +245,85 @@ def add_error(
         (job_id, last + 1, error_id, at_ms, url, code, error),
     )
     return error_id
+
+
+class GoneMark(msgspec.Struct, frozen=True, kw_only=True):
+    """The job's webhook endpoint answered 410 Gone: nothing more is sent to it."""
+
+    event_id: str
+    type: str
+    error_id: str
+    skipped: int
+
+
+def webhook_gone(conn: apsw.Connection, job_id: str) -> GoneMark | None:
+    row = conn.execute(
+        "SELECT event_id, type, error_id, skipped FROM webhook_gone WHERE job_id = ?", (job_id,)
+    ).fetchone()
+    if row is None:
+        return None
+    event_id, type_, error_id, skipped = row
+    return GoneMark(event_id=event_id, type=type_, error_id=error_id, skipped=skipped)
+
+
+def mark_gone(
+    conn: apsw.Connection,
+    job_id: str,
+    *,
+    event_id: str,
+    type_: str,
+    url: str,
+    at_ms: int,
+    stream: str | None,
+    seq: int,
+) -> GoneMark:
+    """Record that event `event_id` got 410 Gone: ONE job error, the mark, and (with `stream`,
+    the job's outbox stream, `seq` the event's place in it) the cursor moved past everything
+    queued so far, which counts as skipped. `url` must already be redacted."""
+    skipped = 0
+    if stream is not None:
+        (skipped,) = one(
+            conn,
+            "SELECT count(*) FROM outbox_items WHERE stream = ? AND seq > ?",
+            (stream, seq),
+        )
+        (last,) = one(
+            conn,
+            "SELECT coalesce(max(last_seq), 0) FROM outbox_streams WHERE stream = ?",
+            (stream,),
+        )
+        ack(conn, stream, max(last, seq))
+    error_id = add_error(
+        conn,
+        job_id,
+        code=WEBHOOK_FAILED,
+        error=gone_error(event_id, type_, skipped),
+        url=url,
+        at_ms=at_ms,
+    )
+    conn.execute(
+        "INSERT OR REPLACE INTO webhook_gone(job_id, event_id, type, error_id, skipped, at_ms)"
+        " VALUES (?, ?, ?, ?, ?, ?)",
+        (job_id, event_id, type_, error_id, skipped, at_ms),
+    )
+    return GoneMark(event_id=event_id, type=type_, error_id=error_id, skipped=skipped)
+
+
+def skip_gone(
+    conn: apsw.Connection, job_id: str, count: int, *, stream: str | None = None, upto: int = 0
+) -> GoneMark | None:
+    """Count `count` more events of a gone job as not sent (acking `stream` up to `upto`), and
+    rewrite the job's one gone error to say so. None if the job has no gone mark."""
+    if stream is not None:
+        ack(conn, stream, upto)
+    conn.execute("UPDATE webhook_gone SET skipped = skipped + ? WHERE job_id = ?", (count, job_id))
+    mark = webhook_gone(conn, job_id)
+    if mark is not None:
+        conn.execute(
+            "UPDATE job_errors SET error = ? WHERE job_id = ? AND id = ?",
+            (gone_error(mark.event_id, mark.type, mark.skipped), job_id, mark.error_id),
+        )
+    return mark
 
 
 def list_errors(conn: apsw.Connection, job_id: str) -> list[JobError]:

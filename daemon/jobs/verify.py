@@ -15,8 +15,8 @@
 #
 #     async def hook(request):
 #         body = await request.body()              # raw bytes, before any JSON parsing
-#         try:
-#             verify(SECRET, body, request.headers)   # raises on a bad or stale signature
+#         try:   # raises on a bad or stale signature; refuses replayable Firecrawl-only ones
+#             verify(SECRET, body, request.headers, require_timestamped=True)
 #         except WebhookVerificationError:
 #             return Response(status_code=401)
 #         event = json.loads(body)
@@ -112,12 +112,24 @@ def verify(
     *,
     tolerance: float = DEFAULT_TOLERANCE,
     now: float | None = None,
+    require_timestamped: bool = False,
 ) -> None:
-    """Check every signature style present (at least one must be); raise on any failure."""
+    """Check every signature style present (at least one must be); raise on any failure.
+
+    With `require_timestamped=True` the Standard Webhooks signature (webhook-id, -timestamp,
+    -signature) must be present: a request carrying only X-Firecrawl-Signature is refused,
+    because that signature has no timestamp and a captured request could be replayed forever.
+    crawld always sends both, so receivers of crawld should pass True.
+    """
     firecrawl = _get(headers, "x-firecrawl-signature")
     standard = _get(headers, "webhook-signature")
     if firecrawl is None and standard is None:
         raise WebhookVerificationError("the request is not signed")
+    if require_timestamped and standard is None:
+        raise WebhookVerificationError(
+            "the request has no webhook-signature (timestamped); X-Firecrawl-Signature alone"
+            " can be replayed"
+        )
     if standard is not None:
         verify_standard(secret, body, headers, tolerance=tolerance, now=now)
     if firecrawl is not None:

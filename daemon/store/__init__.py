@@ -1,23 +1,32 @@
 # One SQLite file in WAL mode, reached through APSW, shared by every part of the daemon.
 #
 # Why this shape:
-# - SQLite allows one writer at a time, so the daemon has exactly one write connection, owned by a
-#   writer task. Callers hand it small functions (`await store.write(fn)`); the writer takes every
-#   job that is waiting (up to `group_commit_max`) and runs them in ONE transaction, each inside its
-#   own savepoint. Under load that turns hundreds of fsync-bound commits into one (group commit),
-#   while a job that raises only rolls back its own savepoint and gets its own exception.
-# - SQLite calls block, so they never run on the trio thread: the writer and the readers run their
-#   work in worker threads through trio.to_thread with the store's own CapacityLimiter, so the HTTP
-#   layer's threads cannot starve the store (and the other way round).
+# - SQLite allows one writer at a time, so the daemon has exactly one write connection, owned by one
+#   writer thread that lives as long as the store. Callers hand it small functions
+#   (`await store.write(fn)`): the job goes into a thread-safe queue and the caller parks. The
+#   writer takes every job that is waiting (up to `group_commit_max`) and runs them in ONE
+#   transaction, each inside its own savepoint, so a job that raises rolls back only itself and
+#   gets its own exception. A job alone in its group needs no savepoint: its failure rolls back the
+#   transaction, which holds nothing else. Under load that turns hundreds of fsync-bound commits
+#   into one (group commit).
+# - The per-write overhead is what an acknowledgement or a webhook cursor pays on every event, so
+#   the path is short: no thread hop per group (the writer thread waits on the queue), no event per
+#   job (the caller parks on its own task), and one call into trio per group
+#   (`TrioToken.run_sync_soon`) wakes every caller of that group.
+# - SQLite calls block, so they never run on the trio thread: writes run in the writer thread
+#   (started through trio.to_thread with a limiter of its own) and reads in worker threads behind
+#   the store's own CapacityLimiter, so the HTTP layer's threads cannot starve the store (and the
+#   other way round). On the trio thread a write only queues, parks and is rescheduled.
 # - Readers use separate connections; WAL gives them a consistent snapshot while the writer works.
 # - Migrations are numbered .sql files applied by `user_version` in one transaction at open.
 from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -47,12 +56,24 @@ class StoreClosed(Exception):
     """The store was closed while a caller still wanted it."""
 
 
-@dataclass
 class _WriteJob:
-    fn: Callable[[apsw.Connection], Any]
-    done: trio.Event = field(default_factory=trio.Event)
-    result: Any = None
-    error: BaseException | None = None
+    """One `write(fn)`: filled in by the writer thread, read by `task` once rescheduled."""
+
+    __slots__ = ("error", "fn", "result", "task")
+
+    def __init__(
+        self, fn: Callable[[apsw.Connection], Any], task: trio.lowlevel.Task | None
+    ) -> None:
+        self.fn = fn
+        self.task = task
+        """The caller to wake; None once it stopped waiting (cancelled)."""
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def abandon(self, raise_cancel: Any) -> trio.lowlevel.Abort:
+        # The job stays queued: a cancelled caller does not undo a write already handed over.
+        self.task = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
 
 STORAGE_ERRORS: tuple[type[BaseException], ...] = (
@@ -143,12 +164,19 @@ class Store:
         self.stats = StoreStats()
         self.schema_version = 0
         self._writer = self._connect()
-        self._write_send, self._write_recv = trio.open_memory_channel[_WriteJob](
-            group_commit_max * 4
-        )
+        self._control = self._writer.cursor()
+        """Runs BEGIN/SAVEPOINT/RELEASE/COMMIT (one reused cursor is cheaper than one per call)."""
+        self._jobs: queue.SimpleQueue[_WriteJob | None] = queue.SimpleQueue()
+        self._queued = 0
+        """Jobs handed to the writer and not yet answered (trio thread only)."""
+        self._max_queued = group_commit_max * 4
+        self._room = trio.lowlevel.ParkingLot()
+        """Writers waiting while `_max_queued` jobs are queued."""
+        self._token: trio.lowlevel.TrioToken | None = None
         self._readers = [self._connect() for _ in range(readers)]
         self._reader_limiter = trio.CapacityLimiter(readers)
         self._writer_limiter = trio.CapacityLimiter(1)
+        self._stopping = False
         self._closed = False
         self._health = StoreHealth(writable=True)
 
@@ -176,13 +204,19 @@ class Store:
         """Run fn(conn) in the writer's next transaction; its return value or exception comes back.
 
         The transaction commits before this returns. Cancelling the caller does not undo a write
-        that was already handed to the writer.
+        that was already handed to the writer. `fn` runs in the writer thread and may run again in
+        a fresh transaction if SQLite abandons the first one because of another job (disk full,
+        I/O error), so it should only touch the database and its own return value.
         """
-        if self._closed:
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while self._queued >= self._max_queued and not self._stopping:
+            await self._room.park()
+        if self._stopping or self._closed:
             raise StoreClosed("store is closed")
-        job = _WriteJob(fn)
-        await self._write_send.send(job)
-        await job.done.wait()
+        job = _WriteJob(fn, trio.lowlevel.current_task())
+        self._queued += 1
+        self._jobs.put(job)
+        await trio.lowlevel.wait_task_rescheduled(job.abandon)
         if job.error is not None:
             raise job.error
         return job.result
@@ -199,22 +233,98 @@ class Store:
                 self._readers.append(conn)
 
     async def run_writer(self) -> None:
-        """The writer loop; runs until the write channel closes."""
-        async for first in self._write_recv:
+        """Run the writer thread until `stop_writer()`; every job queued before that is answered
+        first."""
+        self._token = trio.lowlevel.current_trio_token()
+        await trio.to_thread.run_sync(self._writer_loop, limiter=self._writer_limiter)
+
+    def stop_writer(self) -> None:
+        """Refuse new writes (StoreClosed) and let the writer finish the queued ones and stop."""
+        if not self._stopping:
+            self._stopping = True
+            self._jobs.put(None)
+            self._room.unpark_all()
+
+    def _writer_loop(self) -> None:
+        jobs, limit, token = self._jobs, self.group_commit_max, self._token
+        assert token is not None
+        running = True
+        while running:
+            first = jobs.get()
+            if first is None:
+                break
             batch = [first]
-            while len(batch) < self.group_commit_max:
+            while len(batch) < limit:
                 try:
-                    batch.append(self._write_recv.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
+                    job = jobs.get_nowait()
+                except queue.Empty:
                     break
-            await trio.to_thread.run_sync(self._commit_group, batch, limiter=self._writer_limiter)
-            for job in batch:
-                job.done.set()
+                if job is None:
+                    running = False
+                    break
+                batch.append(job)
+            try:
+                self._commit_group(batch)
+            except BaseException as exc:  # a job raised past Exception: fail its group, go on
+                log.error("write group failed", error=f"{type(exc).__name__}: {exc}")
+                with contextlib.suppress(apsw.Error):
+                    if not self._writer.getautocommit():
+                        self._control.execute("ROLLBACK")
+                for job in batch:
+                    job.result = None
+                    job.error = job.error or exc
+            token.run_sync_soon(self._deliver, batch)
+
+    def _deliver(self, batch: list[_WriteJob]) -> None:
+        """On the trio thread: wake the callers of a finished group."""
+        self._queued -= len(batch)
+        for job in batch:
+            if job.task is not None:
+                trio.lowlevel.reschedule(job.task)
+        if self._room:
+            self._room.unpark_all()
 
     def _commit_group(self, batch: list[_WriteJob]) -> None:
+        if len(batch) == 1:
+            self._commit_alone(batch[0])
+            return
         todo = batch
         while todo:
             todo = self._commit_once(todo)
+
+    def _commit_alone(self, job: _WriteJob) -> None:
+        """Run one job in its own transaction, without a savepoint: its failure rolls back the
+        transaction, which holds nothing else."""
+        conn, run = self._writer, self._control.execute
+        self.stats.transactions += 1
+        self.stats.write_jobs += 1
+        self.stats.largest_group = max(self.stats.largest_group, 1)
+        try:
+            run("BEGIN")
+            try:
+                job.result = job.fn(conn)
+            except Exception as exc:
+                job.error = exc
+                self.stats.write_errors += 1
+                if isinstance(exc, STORAGE_ERRORS):
+                    self._storage_failed(exc)
+                if not conn.getautocommit():
+                    run("ROLLBACK")
+                return
+            run("COMMIT")
+        except Exception as exc:  # BEGIN, COMMIT or the rollback failed: nothing is stored
+            if isinstance(exc, STORAGE_ERRORS):
+                self._storage_failed(exc)
+            if not conn.getautocommit():
+                with contextlib.suppress(apsw.Error):
+                    run("ROLLBACK")
+            if job.error is None:
+                log.error("write transaction failed", error=str(exc), jobs=1)
+                job.error = exc
+                job.result = None
+                self.stats.write_errors += 1
+            return
+        self._storage_ok()
 
     def _commit_once(self, batch: list[_WriteJob]) -> list[_WriteJob]:
         """Run `batch` in one transaction; return the jobs to run again in a new one.
@@ -224,37 +334,39 @@ class Store:
         ones after it must not run outside a transaction: everything but the failed job is
         retried in a fresh transaction.
         """
-        conn = self._writer
+        conn, run = self._writer, self._control.execute
         self.stats.transactions += 1
         self.stats.write_jobs += len(batch)
         self.stats.largest_group = max(self.stats.largest_group, len(batch))
         lost = False
+        failed = False
         try:
-            conn.execute("BEGIN")
+            run("BEGIN")
             for job in batch:
-                conn.execute("SAVEPOINT job")  # only this job rolls back on error
+                run("SAVEPOINT job")  # only this job rolls back on error
                 try:
                     job.result = job.fn(conn)
                 except Exception as exc:
                     job.error = exc
+                    failed = True
                     self.stats.write_errors += 1
                     if isinstance(exc, STORAGE_ERRORS):
                         self._storage_failed(exc)
                     if conn.getautocommit():  # SQLite abandoned the whole transaction
                         lost = True
                         break
-                    conn.execute("ROLLBACK TO job")
-                conn.execute("RELEASE job")
+                    run("ROLLBACK TO job")
+                run("RELEASE job")
             if not lost:
-                conn.execute("COMMIT")
-                if not any(isinstance(job.error, STORAGE_ERRORS) for job in batch):
+                run("COMMIT")
+                if not failed or not any(isinstance(job.error, STORAGE_ERRORS) for job in batch):
                     self._storage_ok()
         except Exception as exc:  # the commit (or a savepoint step) failed: nothing is stored
             if isinstance(exc, STORAGE_ERRORS):
                 self._storage_failed(exc)
             if not conn.getautocommit():
                 with contextlib.suppress(apsw.Error):
-                    conn.execute("ROLLBACK")
+                    run("ROLLBACK")
             log.error("write transaction failed", error=str(exc), jobs=len(batch))
             for job in batch:
                 if job.error is None:
@@ -323,6 +435,6 @@ async def open_store(
             try:
                 yield store
             finally:
-                store._write_send.close()
+                store.stop_writer()
     finally:
         await trio.to_thread.run_sync(store.close)

@@ -149,7 +149,9 @@ async def test_start_errors(running: Running) -> None:
     assert bad.status_code == 422 and "task" in bad.json()["detail"]
     bad_hook = await http.post(running.url("/crawl/start"), json={"webhook": "ftp://x"})
     assert bad_hook.status_code == 422 and "webhook" in bad_hook.json()["detail"]
-    not_json = await http.post(running.url("/crawl/start"), content=b"{")
+    not_json = await http.post(
+        running.url("/crawl/start"), content=b"{", headers={"Content-Type": "application/json"}
+    )
     assert not_json.status_code == 400
     for count in ("0", "1001", "x"):
         r = await http.get(running.url("/consume"), params={"count": count})

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -241,3 +241,65 @@ def test_rule_from_task_config() -> None:
     )
     rule = DateRule.from_task(custom, collector)
     assert (rule.filter_days, rule.missing) == (1, "keep")
+
+
+# --- the fast path for fixed shapes gives exactly what strptime would -----------------------------
+
+_SHAPES = [
+    "%Y-%m-%d %H:%M:%S",
+    "%Y-%m-%d %H:%M",
+    "%Y-%m-%d",
+    "%Y/%m/%d %H:%M:%S",
+    "%Y-%m-%dT%H:%M:%S",
+    "%Y/%m/%d",
+]
+
+
+@pytest.mark.parametrize(
+    "zone",
+    ["Asia/Shanghai", "UTC", "America/New_York", "Europe/London", "Australia/Lord_Howe"],
+)
+def test_fixed_shapes_read_as_strptime_reads_them(zone: str) -> None:
+    tz = ZoneInfo(zone)
+    # Every 20 minutes over two days around each DST change of 2024 (Lord Howe moves by 30 min)
+    # and on ordinary days: times in gaps and folds included.
+    starts = [
+        datetime(2024, 3, 9),
+        datetime(2024, 4, 6),
+        datetime(2024, 10, 5),
+        datetime(2024, 11, 2),
+    ]
+    starts += [datetime(2024, 3, 30), datetime(2024, 10, 26), datetime(2024, 7, 1)]
+    checked = 0
+    for start in starts:
+        for step in range(0, 48 * 60, 20):
+            at = start + timedelta(minutes=step)
+            for fmt in _SHAPES:
+                text = at.strftime(fmt)
+                want = round(datetime.strptime(text, fmt).replace(tzinfo=tz).timestamp() * 1000)
+                assert parse_record_time(text, now_ms=NOW, tz=zone) == want, (text, zone)
+                assert parse_record_time(text, now_ms=NOW, tz=zone, formats=[fmt]) == want
+                checked += 1
+    assert checked > 1000
+
+
+@pytest.mark.parametrize(
+    ("value", "formats", "expected"),
+    [
+        # a first task format of another shape wins over the fast path (day before month)
+        ("2024-05-01", ["%Y-%d-%m"], datetime(2024, 1, 5, tzinfo=ZoneInfo("Asia/Shanghai"))),
+        ("2024-13-01 00:00", [], None),  # out of range: the slow path decides (no date)
+        ("2024-02-30", [], None),
+        (
+            "2024-02-29 23:59:59",
+            [],
+            datetime(2024, 2, 29, 23, 59, 59, tzinfo=ZoneInfo("Asia/Shanghai")),
+        ),
+        ("2024-05-01 24:00", [], None),
+    ],
+)
+def test_fixed_shapes_defer_to_the_slow_path(
+    value: str, formats: list[str], expected: datetime | None
+) -> None:
+    got = parse_record_time(value, now_ms=NOW, tz="Asia/Shanghai", formats=formats)
+    assert got == (None if expected is None else round(expected.timestamp() * 1000))

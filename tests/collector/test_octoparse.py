@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import email.utils
 import functools
 import json
 import logging
@@ -17,8 +18,10 @@ from daemon.collector.octoparse import (
     OctoparseError,
     RetryPolicy,
     TaskGroup,
+    classify,
     retry_delay,
     retry_schedule,
+    retry_wait,
 )
 from daemon.config import AccountConfig, ConfigError
 from daemon.fakes.octoparse import DEMO_API_KEY, DEMO_PASSWORD, OctoparseSim, serve_sim
@@ -50,8 +53,14 @@ class Harness:
         await trio.lowlevel.checkpoint()
 
     def client(
-        self, *, api_key: bool = False, retry: RetryPolicy | None = None, **account: Any
+        self,
+        *,
+        api_key: bool = False,
+        retry: RetryPolicy | None = None,
+        real_sleep: bool = False,
+        **account: Any,
     ) -> OctoparseClient:
+        """With `real_sleep` the client waits with trio.sleep (run it under autojump_clock)."""
         settings: dict[str, Any] = {"name": "main", "base_url": self.base_url, "rate_limit": 1000}
         if api_key:
             settings["api_key_env"] = API_KEY_ENV
@@ -63,8 +72,9 @@ class Harness:
             self.http,
             RateLimiter(rate=1000, burst=100),
             retry=retry,
-            sleep=self._sleep,
+            sleep=trio.sleep if real_sleep else self._sleep,
             clock=self.clock,
+            wall_clock=lambda: NOW_MS / 1000,
             rand=lambda: 0.5,
         )
 
@@ -478,6 +488,184 @@ async def test_numeric_expires_in_is_accepted(monkeypatch: pytest.MonkeyPatch) -
 )
 def test_retry_delay_table(attempt: int, rand: float, expected: float) -> None:
     assert retry_delay(attempt, base=0.5, cap=30.0, rand=rand) == expected
+
+
+@pytest.mark.parametrize(
+    ("attempt", "rand", "retry_after", "expected"),
+    [
+        (0, 0.5, None, 0.375),
+        (0, 0.5, 2.0, 2.0),
+        (0, 0.5, 0.1, 0.375),
+        (3, 1.0, 2.0, 4.0),
+        (0, 0.0, 0.0, 0.25),
+        (0, 0.5, 120.0, 120.0),
+        (0, 0.5, 86_400.0, 120.0),
+        (10, 1.0, 86_400.0, 120.0),
+    ],
+)
+def test_retry_wait_table(
+    attempt: int, rand: float, retry_after: float | None, expected: float
+) -> None:
+    policy = RetryPolicy(base=0.5, cap=30.0, retry_after_cap=120.0)
+    assert retry_wait(attempt, policy, rand=rand, retry_after=retry_after) == expected
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "verdict"),
+    [
+        (200, "SystemBusy", "retry"),
+        (200, "ServerError", "retry"),
+        (200, "SomethingNew", "retry"),
+        (400, "SystemBusy", "retry"),
+        (429, "TooManyRequests", "retry"),
+        (500, "HTTP500", "retry"),
+        (503, "ServerError", "retry"),
+        (None, "Timeout", "retry"),
+        (None, "Transport", "retry"),
+        (408, "HTTP408", "retry"),
+        (200, "Invalid.Grant", "auth"),
+        (400, "Invalid.Token", "auth"),
+        (401, "Unauthorized", "auth"),
+        (401, "Invalid.ApiKey", "auth"),
+        (200, "InvalidTaskId", "permanent"),
+        (400, "InvalidParameter", "permanent"),
+        (400, "GroupNotFound", "permanent"),
+        (200, "NoPermission", "permanent"),
+        (403, "SystemBusy", "permanent"),
+        (404, "HTTP404", "permanent"),
+        (400, "HTTP400", "permanent"),
+        (200, "BadResponse", "permanent"),
+        (None, "BadResponse", "permanent"),
+    ],
+)
+def test_error_classification_table(status: int | None, code: str, verdict: str) -> None:
+    assert classify(status, code) == verdict
+
+
+async def test_unknown_code_under_200_is_retried_with_backoff(
+    octo: Harness, autojump_clock: trio.testing.MockClock
+) -> None:
+    autojump_clock.autojump_threshold = 0.01
+    task = octo.sim.add_task("busy-system", rows=10)
+    client = octo.client(real_sleep=True, retry=RetryPolicy(attempts=5, base=0.5, cap=30))
+    await client.login()
+    octo.sim.fail(3, code="SystemBusy", message="System is busy", path="/data/all")
+    start = trio.current_time()
+    page = await client.data_page(task, 0, 10)
+    assert len(page.rows) == 10
+    assert octo.sim.faults_served == {"200 SystemBusy": 3}
+    assert octo.sim.request_count("/data/all") == 4
+    assert trio.current_time() - start == pytest.approx(0.375 + 0.75 + 1.5)
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        ("InvalidTaskId", 200),
+        ("InvalidParameter", 400),
+        ("NoPermission", 200),
+        ("SystemBusy", 403),
+    ],
+)
+async def test_permanent_error_ends_the_retries_at_once(
+    octo: Harness, autojump_clock: trio.testing.MockClock, code: str, status: int
+) -> None:
+    autojump_clock.autojump_threshold = 0.01
+    task = octo.sim.add_task("wrong", rows=10)
+    client = octo.client(real_sleep=True)
+    await client.login()
+    octo.sim.fail(1, code="SystemBusy", path="/data/all")
+    octo.sim.fail(1, code=code, status=status, path="/data/all")
+    octo.sim.fail(5, code="SystemBusy", path="/data/all")
+    start = trio.current_time()
+    with pytest.raises(OctoparseError) as caught:
+        await client.data_page(task, 0, 10)
+    assert (caught.value.code, caught.value.status) == (code, status)
+    assert octo.sim.request_count("/data/all") == 2
+    assert trio.current_time() - start == pytest.approx(0.375)
+
+
+async def test_unknown_code_gives_up_after_the_last_attempt(
+    octo: Harness, autojump_clock: trio.testing.MockClock
+) -> None:
+    autojump_clock.autojump_threshold = 0.01
+    task = octo.sim.add_task("always-busy", rows=10)
+    client = octo.client(real_sleep=True, retry=RetryPolicy(attempts=3, base=1.0))
+    await client.login()
+    octo.sim.fail(100, code="SystemBusy", path="/data/all")
+    with pytest.raises(OctoparseError) as caught:
+        await client.data_page(task, 0, 10)
+    assert (caught.value.code, caught.value.status, caught.value.retryable) == (
+        "SystemBusy",
+        200,
+        True,
+    )
+    assert octo.sim.request_count("/data/all") == 3
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "waited"),
+    [
+        ("2", 2.0),
+        (email.utils.formatdate(NOW_MS / 1000 + 7, usegmt=True), 7.0),
+        ("86400", 120.0),
+        (email.utils.formatdate(NOW_MS / 1000 - 60, usegmt=True), 0.375),
+        ("soon", 0.375),
+    ],
+)
+async def test_429_honours_retry_after_capped(
+    octo: Harness, autojump_clock: trio.testing.MockClock, retry_after: str, waited: float
+) -> None:
+    autojump_clock.autojump_threshold = 0.01
+    task = octo.sim.add_task("throttled", rows=10)
+    client = octo.client(real_sleep=True, retry=RetryPolicy(base=0.5, retry_after_cap=120.0))
+    await client.login()
+    octo.sim.throttle(next=1, path="/data/all", retry_after=retry_after)
+    start = trio.current_time()
+    assert len((await client.data_page(task, 0, 10)).rows) == 10
+    assert trio.current_time() - start == pytest.approx(waited)
+    assert octo.sim.faults_served == {"429 TooManyRequests": 1}
+
+
+async def test_retry_after_on_503_is_a_floor_too(
+    octo: Harness, autojump_clock: trio.testing.MockClock
+) -> None:
+    autojump_clock.autojump_threshold = 0.01
+    task = octo.sim.add_task("maintenance", rows=10)
+    client = octo.client(real_sleep=True)
+    await client.login()
+    octo.sim.fail(1, code="ServerError", status=503, path="/data/all", retry_after="5")
+    start = trio.current_time()
+    assert len((await client.data_page(task, 0, 10)).rows) == 10
+    assert trio.current_time() - start == pytest.approx(5.0)
+
+
+async def test_sim_faults_with_retry_after_over_http(
+    octo: Harness, autojump_clock: trio.testing.MockClock
+) -> None:
+    autojump_clock.autojump_threshold = 0.01
+    http, base = octo.http, octo.base_url
+    task = octo.sim.add_task("controlled", rows=10)
+    throttled = await http.post(
+        f"{base}/_sim/throttle", json={"next": 1, "path": "/data/all", "retry_after": "3"}
+    )
+    assert throttled.status_code == 200
+    await http.post(
+        f"{base}/_sim/fail", json={"count": 1, "code": "SystemBusy", "path": "/data/all"}
+    )
+    bad = await http.post(f"{base}/_sim/throttle", json={"next": 1, "retry_after": "1\r\nX: y"})
+    assert bad.status_code == 422
+    client = octo.client(api_key=True, real_sleep=True)
+    answer = await http.get(
+        f"{base}/data/all",
+        params={"taskId": task, "offset": 0, "size": 1},
+        headers={"x-api-key": DEMO_API_KEY},
+    )
+    assert (answer.status_code, answer.headers["retry-after"]) == (429, "3")
+    start = trio.current_time()
+    assert len((await client.data_page(task, 0, 10)).rows) == 10
+    assert trio.current_time() - start == pytest.approx(0.375)
+    assert octo.sim.faults_served == {"429 TooManyRequests": 1, "200 SystemBusy": 1}
 
 
 def test_retry_schedule_has_one_wait_between_tries() -> None:

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import functools
+import logging
 import random
-import shutil
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -22,6 +22,7 @@ from daemon.broker import (
     BrokerUnavailable,
     OutgoingMessage,
     PublishFailed,
+    Publishing,
     amqp_url,
     backoff,
     delete_queue,
@@ -30,6 +31,8 @@ from daemon.broker import (
     redact_url,
     unique_by_message_id,
 )
+from daemon.broker_rules import batch_limit, warn_connect_failure
+from tests.integration.conftest import RabbitCtl, rabbitmqctl_for
 
 broker = pytest.mark.broker
 
@@ -129,6 +132,47 @@ def test_outgoing_message_properties() -> None:
         OutgoingMessage(body=b"", message_id="")
     a, b, a2 = (OutgoingMessage(body=bytes([i]), message_id=mid) for i, mid in enumerate("aba"))
     assert unique_by_message_id([a, b, a2]) == [a, b]
+
+
+@pytest.mark.parametrize(
+    ("window", "batches", "in_flight", "limit"),
+    [
+        (500, 2, 0, 250),  # the window's share
+        (500, 2, 250, 250),
+        (500, 2, 400, 100),  # cut to the room left
+        (500, 2, 500, 0),  # full: wait for confirms
+        (500, 1, 0, 500),
+        (500, 1, 1, 499),
+        (100, 3, 0, 34),  # shares round up, the window still caps the total
+        (100, 3, 68, 32),
+        (1, 4, 0, 1),
+    ],
+)
+def test_batches_share_the_confirm_window(
+    window: int, batches: int, in_flight: int, limit: int
+) -> None:
+    assert batch_limit(window, batches, in_flight) == limit
+
+
+def test_a_reconnect_loop_warns_once_per_kind_of_failure() -> None:
+    errors = ["refused", "refused", "refused", "auth failed", "auth failed", "refused"]
+    warned, previous = [], None
+    for attempt, error in enumerate(errors, start=1):
+        warned.append(warn_connect_failure(attempt, error, previous))
+        previous = error
+    assert warned == [True, False, False, True, False, True]
+    assert warn_connect_failure(1, "refused", "refused")  # a new outage starts at attempt 1
+
+
+def test_rabbitmqctl_only_aims_at_the_given_broker() -> None:
+    local = "amqp://guest:guest@127.0.0.1:5672/"
+    remote = "amqp://u:p@mq.example:5672/prod"
+    command, _ = rabbitmqctl_for(remote, {})
+    assert command is None  # never the local node for a remote broker
+    command, _ = rabbitmqctl_for(remote, {"CRAWLD_TEST_RABBITMQCTL": "rabbitmqctl -n rabbit@mq"})
+    assert command == ["rabbitmqctl", "-n", "rabbit@mq"]
+    command, why = rabbitmqctl_for(local, {})
+    assert command in (["rabbitmqctl"], None), why
 
 
 # --- against RabbitMQ ---------------------------------------------------------------------------
@@ -238,12 +282,15 @@ async def test_unsendable_message_fails_alone(amqp_url: str, queue_name: str) ->
 
 
 @broker
-@pytest.mark.skipif(shutil.which("rabbitmqctl") is None, reason="needs rabbitmqctl")
-async def test_broker_nack_raises_publish_failed(amqp_url: str, queue_name: str) -> None:
-    # A policy on this test's queue only: at most 2 messages, refuse the rest with a nack.
-    policy = ["rabbitmqctl", "-q", "set_policy", "--apply-to", "queues", queue_name]
+async def test_broker_nack_raises_publish_failed(
+    amqp_url: str, queue_name: str, rabbitmqctl: RabbitCtl
+) -> None:
+    # A policy on this test's queue only, in the test broker's vhost: at most 2 messages, refuse
+    # the rest with a nack.
     definition = '{"max-length": 2, "overflow": "reject-publish"}'
-    await trio.run_process([*policy, f"^{queue_name}$", definition])
+    await rabbitmqctl(
+        "set_policy", "--apply-to", "queues", queue_name, f"^{queue_name}$", definition, vhost=True
+    )
     try:
         async with connected_broker(settings(amqp_url, queue_name)) as b:
             batch = messages(5)
@@ -254,7 +301,7 @@ async def test_broker_nack_raises_publish_failed(amqp_url: str, queue_name: str)
             assert b.connected
     finally:
         with trio.CancelScope(shield=True):
-            await trio.run_process(["rabbitmqctl", "-q", "clear_policy", queue_name])
+            await rabbitmqctl("clear_policy", queue_name, vhost=True)
 
 
 @broker
@@ -297,15 +344,14 @@ async def test_cancelled_calls_lose_nothing_and_leave_the_client_usable(
 
 
 @broker
-@pytest.mark.skipif(shutil.which("rabbitmqctl") is None, reason="needs rabbitmqctl")
 async def test_connection_closed_by_broker_then_retry_delivers_exactly(
-    amqp_url: str, queue_name: str
+    amqp_url: str, queue_name: str, rabbitmqctl: RabbitCtl
 ) -> None:
     s = settings(amqp_url, queue_name)
     async with connected_broker(s) as b:
         first, second = messages(50, prefix="a"), messages(50, prefix="b")
         await b.publish_batch(first)
-        await close_connections_named(s.connection_name)
+        await close_connections_named(rabbitmqctl, s.connection_name)
         errors = await drain(b, [second])
         for error in errors:
             assert isinstance(error, BrokerUnavailable)
@@ -380,21 +426,100 @@ async def test_unreachable_broker_fails_fast_and_closes_cleanly(amqp_url: str) -
                     raise KeyError("from the block")
 
 
+@broker
+async def test_a_cut_fails_every_batch_waiting_for_confirms_at_once(
+    amqp_url: str, queue_name: str
+) -> None:
+    """Three batches in flight, their confirms held back by the proxy, then the TCP links cut:
+    all three fail at once (not after the 30 s confirm timeout), the retry after the reconnect
+    delivers everything, and the logs say it once each, in our words."""
+    async with (
+        root_records() as records,
+        tcp_proxy(amqp_url) as proxy,
+        connected_broker(
+            settings(proxy.url, queue_name, operation_timeout=30.0, call_wait=5.0)
+        ) as b,
+    ):
+        batches = [messages(200, prefix=f"b{i}") for i in range(3)]
+        proxy.hold()
+        pending: list[Publishing] = [await b.start_publish(batch) for batch in batches]
+        await trio.sleep(0.2)  # the publishes reached the broker; their confirms wait in the proxy
+        proxy.down()
+        errors: list[BrokerError] = []
+        with trio.fail_after(5):  # far below the 30 s confirm timeout
+            for publishing in pending:
+                with pytest.raises(BrokerUnavailable) as caught:
+                    await publishing.confirmed()
+                errors.append(caught.value)
+        await trio.sleep(0.5)  # a few reconnect attempts fail while the proxy refuses
+        proxy.release()
+        proxy.up()
+        with trio.fail_after(10):
+            await drain(b, batches)
+        ids = await take_all(b)
+    assert set(ids) == {m.message_id for batch in batches for m in batch}
+    assert len(ids) <= 2 * 600  # duplicates bounded by what was in flight
+    ours = [r for r in records if r.name.startswith("crawld.broker")]
+    assert not [r for r in records if r.name.startswith(("aiormq", "pamqp"))]
+    assert not [r for r in ours if r.levelno >= logging.WARNING and r.exc_info]
+    lost = [r for r in ours if r.getMessage().startswith("RabbitMQ connection lost")]
+    assert len(lost) == 1
+    warned = [r for r in ours if r.getMessage().startswith("cannot connect")]
+    attempts = [r for r in ours if r.getMessage() == "connect attempt failed"]
+    assert len(warned) <= 2 and len(warned) + len(attempts) >= 1
+    assert any(r.getMessage().startswith("aiormq:") for r in ours)  # kept, at debug
+
+
+@broker
+async def test_pipelined_batches_settle_in_order(amqp_url: str, queue_name: str) -> None:
+    async with connected_broker(settings(amqp_url, queue_name)) as b:
+        batches = [messages(100, prefix=f"p{i}") for i in range(4)]
+        pending = [await b.start_publish(batch) for batch in batches]
+        for publishing in pending:
+            await publishing.confirmed()
+            await publishing.confirmed()  # asking again answers the same
+        assert b.confirmed == 400
+        ids = await take_all(b)
+    assert ids == [m.message_id for batch in batches for m in batch]
+
+
+# --- helpers: what reaches the root logger (the journal), our own connection's forced close,
+# a TCP proxy we can cut
+
+
+@asynccontextmanager
+async def root_records() -> AsyncIterator[list[logging.LogRecord]]:
+    """Every record that reaches the root logger's handlers (where crawld's journal handler
+    sits), at any level, during the block."""
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    root = logging.getLogger()
+    handler, level = Keep(logging.DEBUG), root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    try:
+        yield records
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+
 # --- helpers: our own connection's forced close, and a TCP proxy we can cut ----------------------
 
 
-async def close_connections_named(name: str) -> None:
-    listing = await trio.run_process(
-        ["rabbitmqctl", "-q", "list_connections", "pid", "client_properties"],
-        capture_stdout=True,
-    )
+async def close_connections_named(rabbitmqctl: RabbitCtl, name: str) -> None:
+    listing = await rabbitmqctl("list_connections", "pid", "client_properties")
     ours = [
         line.split("\t", 1)[0]
-        for line in listing.stdout.decode().splitlines()
+        for line in listing.splitlines()
         if f'{{"connection_name","{name}"}}' in line
     ]
-    assert len(ours) == 1, listing.stdout
-    await trio.run_process(["rabbitmqctl", "-q", "close_connection", ours[0], "test"])
+    assert len(ours) == 1, listing
+    await rabbitmqctl("close_connection", ours[0], "test")
 
 
 class Proxy:
@@ -406,7 +531,16 @@ class Proxy:
         )
         self.upstream = (parts.hostname or "127.0.0.1", parts.port or 5672)
         self.accepting = True
+        self.flowing = trio.Event()
+        self.flowing.set()
         self._links: set[trio.CancelScope] = set()
+
+    def hold(self) -> None:
+        """Stop passing the broker's bytes (confirms) to the client; the TCP links stay open."""
+        self.flowing = trio.Event()
+
+    def release(self) -> None:
+        self.flowing.set()
 
     def down(self) -> None:
         self.accepting = False
@@ -426,14 +560,21 @@ class Proxy:
                     upstream = await trio.open_tcp_stream(*self.upstream)
                     async with upstream, trio.open_nursery() as nursery:
                         nursery.start_soon(pump, client, upstream, nursery.cancel_scope)
-                        nursery.start_soon(pump, upstream, client, nursery.cancel_scope)
+                        nursery.start_soon(pump, upstream, client, nursery.cancel_scope, self)
                 finally:
                     self._links.discard(scope)
 
 
-async def pump(source: trio.SocketStream, sink: trio.SocketStream, done: trio.CancelScope) -> None:
+async def pump(
+    source: trio.SocketStream,
+    sink: trio.SocketStream,
+    done: trio.CancelScope,
+    gate: Proxy | None = None,
+) -> None:
     try:
         while data := await source.receive_some(65536):
+            if gate is not None:
+                await gate.flowing.wait()
             await sink.send_all(data)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass

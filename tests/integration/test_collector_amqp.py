@@ -19,6 +19,7 @@ from daemon import broker, config
 from daemon.app import Daemon, run_daemon
 from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
 from daemon.systemd import Notifier
+from tests.integration.conftest import RabbitCtl
 from tests.integration.test_broker import close_connections_named
 
 pytestmark = pytest.mark.broker
@@ -142,7 +143,7 @@ async def test_rows_reach_rabbitmq_with_ttl_and_properties(
 
 
 async def test_broker_connection_closed_mid_run_loses_nothing(
-    setup: Setup, amqp_url: str, queue_name: str, tmp_path: Path
+    setup: Setup, amqp_url: str, queue_name: str, tmp_path: Path, rabbitmqctl: RabbitCtl
 ) -> None:
     add_rows(setup.sim, setup.task_id, old=0, new=3000)
     path = tmp_path / "crawld.toml"
@@ -153,7 +154,7 @@ async def test_broker_connection_closed_mid_run_loses_nothing(
         with trio.fail_after(30):
             while (await http.get(api(daemon, "/queue/size"))).json().get("size", 0) < 200:
                 await trio.sleep(0.01)
-        await close_connections_named(f"crawld-{queue_name}")
+        await close_connections_named(rabbitmqctl, f"crawld-{queue_name}")
         ids: list[str] = []
         with trio.fail_after(60):
             while len(set(ids)) < 3000:

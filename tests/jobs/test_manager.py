@@ -316,7 +316,7 @@ async def test_status_section_and_metrics(rx: WebhookReceiver, start_manager: St
     await m.finish(job, "completed")
     await drained(m, job)
     status = await m.status()
-    assert status["outcomes"] == {"delivered": 3, "failed": 0, "blocked": 0}
+    assert status["outcomes"] == {"delivered": 3, "failed": 0, "blocked": 0, "skipped": 0}
     assert status["pending_events"] == 0 and status["jobs_active"] == 0
     text = metrics.render().decode()
     assert 'crawld_webhook_events_total{outcome="delivered"}' in text

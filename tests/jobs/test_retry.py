@@ -50,8 +50,8 @@ MID = Fixed(0.5)
         (1, 503, None, "Wed, 21 Oct 2015 07:38:00 GMT", Decision("retry", 600.0, "HTTP 503")),
         (1, 429, None, "86400", Decision("retry", 3600.0, "HTTP 429")),
         (1, 429, None, "soon", Decision("retry", 5.0, "HTTP 429")),
-        (1, 410, None, None, Decision("failed", 0.0, "HTTP 410 (Gone) on attempt 1; not retried")),
-        (4, 410, None, "60", Decision("failed", 0.0, "HTTP 410 (Gone) on attempt 4; not retried")),
+        (1, 410, None, None, Decision("gone", 0.0, "HTTP 410 (Gone) on attempt 1; not retried")),
+        (4, 410, None, "60", Decision("gone", 0.0, "HTTP 410 (Gone) on attempt 4; not retried")),
         (6, 500, None, None, Decision("failed", 0.0, "gave up after 6 attempts; last: HTTP 500")),
         (
             6,

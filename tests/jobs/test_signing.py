@@ -189,3 +189,13 @@ def test_redact_hides_signatures_and_user_values() -> None:
     assert shown["webhook-signature"] == "<redacted>"
     assert shown["Authorization"] == "<redacted>"
     assert shown["webhook-id"] == "w1"
+
+
+def test_verify_can_require_the_timestamped_signature() -> None:
+    firecrawl_only = {"X-Firecrawl-Signature": firecrawl_signature("k", BODY)}
+    with pytest.raises(WebhookVerificationError, match="can be replayed"):
+        verify("k", BODY, firecrawl_only, now=NOW, require_timestamped=True)
+    verify("k", BODY, _signed(), now=NOW, require_timestamped=True)  # crawld sends both
+    stale = _signed()
+    with pytest.raises(WebhookVerificationError, match="too old"):
+        verify("k", BODY, stale, now=NOW + 301, require_timestamped=True)

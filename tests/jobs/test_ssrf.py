@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import shutil
 import socket
 import ssl
@@ -19,12 +20,14 @@ from daemon.jobs.ssrf import (
     BlockedAddress,
     ResolutionFailed,
     Vetted,
+    VettingCache,
     error_kind,
     is_blocked,
     new_client,
     parse_networks,
     pinned_request,
     post_vetted,
+    send_vetted,
     vet_url,
 )
 
@@ -81,6 +84,11 @@ def teredo(client: str) -> str:
         ("ff02::1", "multicast"),
         ("2001:db8::1", "documentation"),
         ("100::1", "discard-only"),
+        ("::ffff:0:7f00:1", "IPv4-translated"),
+        ("::ffff:0:808:808", "IPv4-translated"),
+        ("::ffff:0:0:0", "IPv4-translated"),
+        ("5f00::1", "SRv6"),
+        ("5f00:ffff:1::8", "SRv6"),
     ],
 )
 def test_blocked_addresses(ip: str, reason: str) -> None:
@@ -102,6 +110,7 @@ def test_blocked_addresses(ip: str, reason: str) -> None:
         "64:ff9b::808:808",
         "2606:4700:4700::1111",
         "2a00:1450:4001:80b::200e",
+        "5f01::1",
     ],
 )
 def test_public_addresses_pass(ip: str) -> None:
@@ -337,6 +346,8 @@ def test_error_kind_of_other_failures() -> None:
 
 def make_cert(tmp_path: Path, name: str) -> tuple[Path, Path]:
     if shutil.which("openssl") is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("openssl is required under CI=true (TLS/SNI test)", pytrace=False)
         pytest.skip("openssl is not installed")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(
@@ -386,3 +397,49 @@ async def test_https_keeps_sni_and_verifies_the_name(
         )
     assert response.status_code == 204
     assert seen == [("hooks.test", f"hooks.test:{port}".encode())]
+
+
+def test_vetting_cache_keeps_an_address_for_its_ttl() -> None:
+    cache = VettingCache(ttl=30, max_entries=2)
+    vetted = Vetted(ip="93.184.216.34", host="h.test", port=443, scheme="https")
+    url = "https://h.test/in"
+    assert cache.get(url, [], 0.0) is None
+    cache.put(url, [], vetted, 100.0)
+    assert cache.get(url, [], 129.9) == vetted
+    assert cache.get(url, LOOPBACK, 110.0) is None  # another allow list vets again
+    assert cache.get("https://h.test/other", [], 110.0) is None
+    assert cache.get(url, [], 130.0) is None  # expired, and dropped
+    assert len(cache) == 0
+    for i in range(3):
+        cache.put(f"https://h{i}.test/", [], vetted, 0.0)
+    assert len(cache) <= 2 and cache.get("https://h2.test/", [], 1.0) == vetted
+
+
+async def test_send_vetted_resolves_once_per_ttl_and_stays_pinned(
+    receiver: WebhookReceiver, resolver: FakeResolver
+) -> None:
+    url = f"http://hooks.test:{receiver.port}/in"
+    cache = VettingCache(ttl=30)
+    async with new_client() as client:
+        for now in (0.0, 10.0, 29.0):
+            answer = await send_vetted(client, url, b"{}", {}, LOOPBACK, 5.0, cache=cache, now=now)
+            assert (answer.status, answer.ip) == (200, "127.0.0.1")
+        assert resolver.asked == ["hooks.test"]
+        resolver.table["hooks.test"] = ["10.0.0.9"]  # rebinding: seen once the entry expires
+        with pytest.raises(BlockedAddress, match=r"private address 10\.0\.0\.9"):
+            await send_vetted(client, url, b"{}", {}, LOOPBACK, 5.0, cache=cache, now=31.0)
+        assert resolver.asked == ["hooks.test", "hooks.test"]
+        with pytest.raises(BlockedAddress):  # a refusal is not cached
+            await send_vetted(client, url, b"{}", {}, LOOPBACK, 5.0, cache=cache, now=32.0)
+    assert len(receiver.requests) == 3
+    assert all(r.headers["host"] == f"hooks.test:{receiver.port}" for r in receiver.requests)
+
+
+def test_a_missing_openssl_fails_under_ci(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="openssl is required under CI=true"):
+        make_cert(tmp_path, "hooks.test")
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception):
+        make_cert(tmp_path, "hooks.test")

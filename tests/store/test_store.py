@@ -1,12 +1,23 @@
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
 import apsw
 import pytest
 import trio
+from trio.testing import wait_all_tasks_blocked
 
-from daemon.store import migrate, migrations, open_store
+from daemon.store import (
+    Store,
+    StoreClosed,
+    StoreHealth,
+    migrate,
+    migrations,
+    one,
+    open_store,
+)
 
 
 async def test_opens_in_wal_with_settings(tmp_path: Path) -> None:
@@ -116,3 +127,242 @@ async def test_disk_full_fails_only_the_job_that_hit_it(tmp_path: Path) -> None:
     assert outcome["big"] == "full"
     assert sorted(n for n, o in outcome.items() if o == "ok") == sorted(stored)
     assert sorted(stored) == ["a", "c", "d"]
+
+
+class Gate:
+    """Holds the writer thread inside a job until the trio side opens it."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.opened = threading.Event()
+
+    def job(self, conn: apsw.Connection) -> str:
+        self.entered.set()
+        if not self.opened.wait(timeout=30):
+            raise TimeoutError("gate never opened")
+        return "gate"
+
+    async def wait_entered(self) -> None:
+        await trio.to_thread.run_sync(self.entered.wait, 30)
+
+
+async def held_writer(store: Store, gate: Gate, nursery: trio.Nursery) -> None:
+    nursery.start_soon(store.write, gate.job)
+    await gate.wait_entered()
+
+
+async def insert_int(store: Store, x: int) -> None:
+    await store.write(lambda c: c.execute("INSERT INTO t VALUES (?)", (x,)))
+
+
+async def test_the_trio_loop_runs_while_a_job_blocks_the_writer(tmp_path: Path) -> None:
+    """The job waits until the trio side opens the gate: were jobs run on the trio thread, the
+    loop would hang in the job and the gate would never open."""
+    async with open_store(tmp_path / "db") as store:
+        gate = Gate()
+        async with trio.open_nursery() as nursery:
+            await held_writer(store, gate, nursery)
+            for _ in range(3):
+                await trio.lowlevel.checkpoint()
+            gate.opened.set()
+        assert await store.write(lambda c: "after") == "after"
+
+
+async def test_each_caller_of_a_group_gets_its_own_result(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "db") as store:
+        await store.write(lambda c: c.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, x TEXT)"))
+        gate = Gate()
+        got: dict[str, int] = {}
+
+        async def insert(x: str) -> None:
+            got[x] = await store.write(
+                lambda c: one(c, "INSERT INTO t(x) VALUES (?) RETURNING id", (x,))[0]
+            )
+
+        async with trio.open_nursery() as nursery:
+            await held_writer(store, gate, nursery)
+            for i in range(50):
+                nursery.start_soon(insert, f"v{i}")
+            await wait_all_tasks_blocked()
+            before = store.stats.transactions
+            gate.opened.set()
+        stored = dict(await store.read(lambda c: c.execute("SELECT x, id FROM t").fetchall()))
+        assert got == stored
+        assert len(set(got.values())) == 50
+        assert store.stats.transactions - before == 1  # one group after the gate
+
+
+def record_statements(conn: apsw.Connection, seen: list[str]) -> None:
+    def tracer(cursor: apsw.Cursor, sql: str, bindings: Any) -> bool:
+        seen.append(sql.split()[0].upper())
+        return True
+
+    conn.exec_trace = tracer
+
+
+async def test_a_job_alone_runs_without_a_savepoint(tmp_path: Path) -> None:
+    seen: list[str] = []
+    async with open_store(tmp_path / "db") as store:
+        await store.write(lambda c: c.execute("CREATE TABLE t(x INTEGER)"))
+        await store.write(lambda c: record_statements(c, seen))
+        seen.clear()
+        await store.write(lambda c: c.execute("INSERT INTO t VALUES (1)"))
+        assert seen == ["BEGIN", "INSERT", "COMMIT"]
+
+        seen.clear()
+        gate = Gate()
+        async with trio.open_nursery() as nursery:
+            await held_writer(store, gate, nursery)
+            for x in (2, 3):
+                nursery.start_soon(insert_int, store, x)
+            await wait_all_tasks_blocked()
+            gate.opened.set()
+        job = ["SAVEPOINT", "INSERT", "RELEASE"]
+        assert seen == ["BEGIN", "COMMIT", "BEGIN", *job, *job, "COMMIT"]
+
+
+async def test_a_failing_job_alone_stores_nothing(tmp_path: Path) -> None:
+    def half_then_fail(conn: apsw.Connection) -> None:
+        conn.execute("INSERT INTO t VALUES (1)")
+        conn.execute("INSERT INTO t VALUES (1)")
+
+    async with open_store(tmp_path / "db") as store:
+        await store.write(lambda c: c.execute("CREATE TABLE t(x INTEGER UNIQUE)"))
+        with pytest.raises(apsw.ConstraintError):
+            await store.write(half_then_fail)
+        assert await store.read(lambda c: one(c, "SELECT count(*) FROM t")[0]) == 0
+        await store.write(lambda c: c.execute("INSERT INTO t VALUES (1)"))
+        assert await store.read(lambda c: one(c, "SELECT count(*) FROM t")[0]) == 1
+
+
+async def test_a_cancelled_caller_does_not_undo_a_handed_over_write(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "db") as store:
+        await store.write(lambda c: c.execute("CREATE TABLE t(x TEXT)"))
+        gate = Gate()
+        outcome: list[str] = []
+
+        async def insert(x: str, scope: trio.CancelScope) -> None:
+            with scope:
+                await store.write(lambda c: c.execute("INSERT INTO t VALUES (?)", (x,)))
+                outcome.append(f"{x} returned")
+            if scope.cancelled_caught:
+                outcome.append(f"{x} cancelled")
+
+        async with trio.open_nursery() as nursery:
+            await held_writer(store, gate, nursery)
+            handed = trio.CancelScope()
+            nursery.start_soon(insert, "handed", handed)
+            await wait_all_tasks_blocked()
+            handed.cancel()
+            early = trio.CancelScope()
+            early.cancel()
+            nursery.start_soon(insert, "never", early)
+            await wait_all_tasks_blocked()
+            gate.opened.set()
+        stored = await store.read(lambda c: [r[0] for r in c.execute("SELECT x FROM t")])
+    assert sorted(outcome) == ["handed cancelled", "never cancelled"]
+    assert stored == ["handed"]
+
+
+async def test_more_writers_than_the_queue_holds_all_complete(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "db", group_commit_max=2) as store:
+        await store.write(lambda c: c.execute("CREATE TABLE t(x INTEGER)"))
+        gate = Gate()
+        async with trio.open_nursery() as nursery:
+            await held_writer(store, gate, nursery)
+            for x in range(40):
+                nursery.start_soon(insert_int, store, x)
+            await wait_all_tasks_blocked()
+            gate.opened.set()
+        rows = await store.read(lambda c: [r[0] for r in c.execute("SELECT x FROM t")])
+        assert sorted(rows) == list(range(40))
+        assert store.stats.largest_group == 2
+
+
+class Halt(BaseException):
+    pass
+
+
+async def test_a_job_raising_past_exception_fails_its_group_and_the_writer_goes_on(
+    tmp_path: Path,
+) -> None:
+    def halt(conn: apsw.Connection) -> None:
+        conn.execute("INSERT INTO t VALUES ('halt')")
+        raise Halt
+
+    async with open_store(tmp_path / "db") as store:
+        await store.write(lambda c: c.execute("CREATE TABLE t(x TEXT)"))
+        with pytest.raises(Halt):
+            await store.write(halt)
+        await store.write(lambda c: c.execute("INSERT INTO t VALUES ('after')"))
+        rows = await store.read(lambda c: [r[0] for r in c.execute("SELECT x FROM t")])
+    assert rows == ["after"]
+
+
+async def test_writes_after_close_are_refused(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "db") as store:
+        await store.write(lambda c: c.execute("CREATE TABLE t(x INTEGER)"))
+    with pytest.raises(StoreClosed):
+        await store.write(lambda c: c.execute("INSERT INTO t VALUES (1)"))
+
+
+async def test_jobs_queued_before_close_are_answered(tmp_path: Path) -> None:
+    results: list[int] = []
+    async with open_store(tmp_path / "db") as store:
+        await store.write(lambda c: c.execute("CREATE TABLE t(x INTEGER)"))
+        gate = Gate()
+        async with trio.open_nursery() as nursery:
+            await held_writer(store, gate, nursery)
+
+            async def insert(x: int) -> None:
+                await store.write(lambda c: c.execute("INSERT INTO t VALUES (?)", (x,)))
+                results.append(x)
+
+            for x in range(5):
+                nursery.start_soon(insert, x)
+            await wait_all_tasks_blocked()
+            store.stop_writer()
+            with pytest.raises(StoreClosed):
+                await store.write(lambda c: None)
+            gate.opened.set()
+    assert sorted(results) == list(range(5))
+    conn = apsw.Connection(str(tmp_path / "db"))
+    assert conn.execute("SELECT count(*) FROM t").fetchone()[0] == 5
+    conn.close()
+
+
+@pytest.mark.parametrize("group", [False, True])
+async def test_health_follows_disk_full_and_recovery(tmp_path: Path, group: bool) -> None:
+    async with open_store(tmp_path / "db") as store:
+        assert store.health() == StoreHealth(writable=True)
+        await store.write(lambda c: c.execute("CREATE TABLE t(pad BLOB)"))
+        pages = await store.read(lambda c: one(c, "pragma page_count")[0])
+        await store.write(lambda c: c.execute(f"pragma max_page_count={pages + 2}"))
+        outcome: list[str] = []
+
+        async def big() -> None:
+            try:
+                await store.write(lambda c: c.execute("INSERT INTO t VALUES (zeroblob(1000000))"))
+                outcome.append("stored")
+            except apsw.FullError:
+                outcome.append("full")
+
+        gate = Gate()
+        async with trio.open_nursery() as nursery:
+            if group:
+                await held_writer(store, gate, nursery)
+                nursery.start_soon(big)
+            nursery.start_soon(big)
+            await wait_all_tasks_blocked()
+            gate.opened.set()
+        assert outcome == ["full", "full"] if group else ["full"]
+        health = store.health()
+        assert not health.writable
+        assert health.reason is not None and health.reason.startswith("FullError")
+        assert health.since_ms is not None and health.since_ms > 1_600_000_000_000
+        await big()
+        assert store.health().since_ms == health.since_ms  # the first failure's time stays
+        await store.write(lambda c: c.execute("pragma max_page_count=1000000"))
+        await big()
+        assert outcome[-1] == "stored"
+        assert store.health() == StoreHealth(writable=True)

@@ -1,0 +1,321 @@
+# The HTTP edge: every request passes these checks before a route sees it, so the routes any area
+# adds (collector, jobs, tracker, crawl) are covered without doing anything themselves. The rules
+# are pure functions over header values, tested with tables; `EdgeMiddleware` is the thin ASGI
+# shell that applies them in order and counts what it refused. It sits inside Starlette's error
+# middleware, so its early answers use the same JSON shape as every other error.
+#
+# Order: concurrency cap (503) → Host allow-list (421) → body size by Content-Length (413) →
+# API key (401) → browser cross-site request (403) → JSON Content-Type on methods that change
+# data (415). Then the body is counted as it streams (chunked bodies have no Content-Length: 413)
+# and must arrive within `body_timeout` (408), so a trickling upload cannot hold a slot forever.
+# /healthz skips everything but the body checks: a monitor must reach it even when the API is full.
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import trio
+from prometheus_client import Counter
+
+from daemon import metrics
+from daemon.api.errors import HTTPError, JSONResponse, error_response
+from daemon.config import HttpConfig
+
+OPEN_PATHS = frozenset({"/healthz"})
+"""Paths that need no key, no allowed Host and are never refused as busy."""
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+DEFAULT_HOST_NAMES = ("localhost", "127.0.0.1", "[::1]")
+MIN_KEY_LENGTH = 16
+"""Shorter API keys are refused by the config check (a key is a password nobody types)."""
+
+refused = Counter(
+    "crawld_http_refused",
+    "Requests the HTTP edge refused before a route saw them, by reason",
+    ["reason"],
+    registry=metrics.REGISTRY,
+)
+
+
+class BodyTooLarge(HTTPError):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, "request body too large", {"max_body": limit})
+
+
+class BodyTooSlow(HTTPError):
+    def __init__(self, seconds: float) -> None:
+        super().__init__(408, "request body not received in time", {"body_timeout_s": seconds})
+
+
+def parse_keys(value: str | None) -> tuple[bytes, ...]:
+    """The API keys in an environment variable's value: comma-separated, blanks ignored."""
+    if value is None:
+        return ()
+    return tuple(k.strip().encode() for k in value.split(",") if k.strip())
+
+
+def bearer_matches(authorization: str | None, keys: Iterable[bytes]) -> bool:
+    """Whether `Authorization: Bearer <token>` carries one of `keys` (constant-time per key)."""
+    if authorization is None:
+        return False
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return False
+    given = token.strip().encode("utf-8", "surrogateescape")
+    found = False
+    for key in keys:  # no early exit: every key is compared
+        found |= hmac.compare_digest(given, key)
+    return found
+
+
+def split_host(value: str) -> tuple[str, int | None]:
+    """("name", port or None) of a Host header or a `hosts` entry; IPv6 keeps its brackets."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        name, _, rest = value.partition("]")
+        name += "]"
+        port = rest[1:] if rest.startswith(":") else ""
+    elif value.count(":") > 1:  # a bare IPv6 address in the config
+        name, port = f"[{value}]", ""
+    else:
+        name, _, port = value.partition(":")
+    name = name.rstrip(".")
+    if port:
+        if not (port.isascii() and port.isdigit() and len(port) <= 5):
+            return "", None
+        return name, int(port)
+    return name, None
+
+
+@dataclass(frozen=True)
+class HostRule:
+    """Accepted Host names; an entry without a port accepts no port or the listening port."""
+
+    entries: tuple[tuple[str, int | None], ...]
+    any_host: bool = False
+
+    @classmethod
+    def from_config(cls, http: HttpConfig) -> HostRule:
+        if "*" in http.hosts:
+            return cls((), any_host=True)
+        if http.hosts:
+            return cls(tuple(split_host(h) for h in http.hosts))
+        bind_host = http.bind.rpartition(":")[0]
+        names = [split_host(bind_host)[0], *DEFAULT_HOST_NAMES]
+        return cls(tuple((n, None) for n in dict.fromkeys(names)))
+
+    def allows(self, host_header: str | None, listening_port: int | None) -> bool:
+        if self.any_host:
+            return True
+        if not host_header:
+            return False
+        name, port = split_host(host_header)
+        for allowed, allowed_port in self.entries:
+            if name != allowed:
+                continue
+            if allowed_port is None:
+                if port is None or port == listening_port:
+                    return True
+            elif port == allowed_port or (port is None and allowed_port == 80):
+                return True
+        return False
+
+
+def _origin_authority(origin: str) -> str | None:
+    try:
+        parts = urlsplit(origin)
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return None
+    default = ":80" if parts.scheme == "http" else ":443"
+    return parts.netloc.lower().removesuffix(default)
+
+
+def cross_site_reason(
+    sec_fetch_site: str | None, origin: str | None, host_header: str | None
+) -> str | None:
+    """Why a request comes from another site's page (a browser sent it for that page), or None.
+
+    `Sec-Fetch-Site` is set by current browsers on every request; `Origin` by older ones on
+    non-GET requests. A request with neither comes from a program (curl, an SDK), not a page.
+    """
+    if sec_fetch_site is not None and sec_fetch_site.strip().lower() in ("cross-site", "same-site"):
+        return f"Sec-Fetch-Site: {sec_fetch_site.strip().lower()}"
+    if origin is not None:
+        authority = _origin_authority(origin.strip())
+        host = (host_header or "").strip().lower()
+        for suffix in (":80", ":443"):
+            host = host.removesuffix(suffix)
+        if authority is None or authority != host:
+            return "Origin is not this server"
+    return None
+
+
+def is_json_media_type(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
+    )
+
+
+def media_type_refusal(
+    method: str, content_type: str | None, content_length: str | None, chunked: bool
+) -> str | None:
+    """Why a request that may change data has a body that is not JSON, or None.
+
+    Methods other than GET/HEAD/OPTIONS carry either JSON or nothing: an HTML form or a
+    `text/plain` fetch cannot reach a route that changes data.
+    """
+    if method in SAFE_METHODS:
+        return None
+    if content_type is not None:
+        if is_json_media_type(content_type):
+            return None
+        return "Content-Type must be application/json"
+    has_body = chunked or (content_length is not None and content_length.strip() not in ("", "0"))
+    return "a request body needs Content-Type: application/json" if has_body else None
+
+
+@dataclass(frozen=True)
+class EdgePolicy:
+    keys: tuple[bytes, ...]
+    hosts: HostRule
+    metrics_public: bool
+    max_body: int
+    body_timeout: float
+    max_concurrent: int
+
+    @classmethod
+    def from_config(cls, http: HttpConfig, key_value: str | None) -> EdgePolicy:
+        return cls(
+            keys=parse_keys(key_value),
+            hosts=HostRule.from_config(http),
+            metrics_public=http.metrics_public,
+            max_body=http.max_body,
+            body_timeout=float(http.body_timeout),
+            max_concurrent=http.max_concurrent_requests,
+        )
+
+    def needs_key(self, path: str) -> bool:
+        if not self.keys or path in OPEN_PATHS:
+            return False
+        return not (self.metrics_public and path == "/metrics")
+
+
+def unauthorized(detail: str) -> JSONResponse:
+    """401 in Firecrawl's SDK shape and ours, with the challenge RFC 6750 asks for."""
+    response = JSONResponse(
+        {"success": False, "error": "Unauthorized", "detail": detail}, status_code=401
+    )
+    response.headers["WWW-Authenticate"] = 'Bearer realm="crawld"'
+    return response
+
+
+def _headers(scope: Mapping[str, Any]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for raw_name, raw_value in scope.get("headers", ()):
+        name = raw_name.decode("latin-1").lower()
+        value = raw_value.decode("latin-1")
+        if name not in found:
+            found[name] = value
+        elif name != "host":  # a repeated header is one comma-joined value (RFC 9110 5.3)
+            found[name] = f"{found[name]}, {value}"
+    return found
+
+
+class EdgeMiddleware:
+    """ASGI middleware applying EdgePolicy to every HTTP request."""
+
+    def __init__(self, app: Any, policy: EdgePolicy) -> None:
+        self.app = app
+        self.policy = policy
+        self.active = 0
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        refusal = self.check(scope)
+        if refusal is not None:
+            reason, response = refusal
+            refused.labels(reason).inc()
+            await response(scope, receive, send)
+            return
+        self.active += 1
+        try:
+            await self.app(scope, self._body_limited(receive), send)
+        finally:
+            self.active -= 1
+
+    def check(self, scope: Mapping[str, Any]) -> tuple[str, JSONResponse] | None:
+        """The first rule the request breaks, as (metric reason, answer), or None."""
+        policy = self.policy
+        path = scope.get("path", "")
+        headers = _headers(scope)
+        open_path = path in OPEN_PATHS
+        if not open_path and self.active >= policy.max_concurrent:
+            response = error_response(503, "too many requests in progress", {
+                "max_concurrent_requests": policy.max_concurrent})  # fmt: skip
+            response.headers["Retry-After"] = "1"
+            return "busy", response
+        server = scope.get("server")
+        port = server[1] if server else None
+        host = headers.get("host")
+        if not open_path and not policy.hosts.allows(host, port):
+            return "host", error_response(
+                421, "Host not accepted by this server", {"host": host, "setting": "[http] hosts"}
+            )
+        length = headers.get("content-length")
+        if length is not None:
+            if not (length.strip().isascii() and length.strip().isdigit()):
+                return "bad_length", error_response(400, "invalid Content-Length", None)
+            if int(length) > policy.max_body:
+                return "too_large", error_response(
+                    413, "request body too large", {"max_body": policy.max_body}
+                )
+        if policy.needs_key(path) and not bearer_matches(headers.get("authorization"), policy.keys):
+            detail = (
+                "send Authorization: Bearer <key>"
+                if "authorization" not in headers
+                else "the API key is not valid"
+            )
+            return "unauthorized", unauthorized(detail)
+        if not open_path:
+            reason = cross_site_reason(headers.get("sec-fetch-site"), headers.get("origin"), host)
+            if reason is not None:
+                return "cross_site", error_response(
+                    403, "cross-site browser requests are refused", reason
+                )
+        chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        why = media_type_refusal(scope.get("method", "GET"), headers.get("content-type"),
+                                 length, chunked)  # fmt: skip
+        if why is not None:
+            return "media_type", error_response(415, "unsupported media type", why)
+        return None
+
+    def _body_limited(self, receive: Any) -> Any:
+        policy = self.policy
+        deadline = trio.current_time() + policy.body_timeout
+        received = 0
+        complete = False
+
+        async def limited() -> Any:
+            nonlocal received, complete
+            if complete:
+                return await receive()
+            with trio.move_on_at(deadline):
+                message = await receive()
+                if message["type"] == "http.request":
+                    received += len(message.get("body", b""))
+                    if received > policy.max_body:
+                        refused.labels("too_large").inc()
+                        raise BodyTooLarge(policy.max_body)
+                    complete = not message.get("more_body", False)
+                return message
+            refused.labels("body_timeout").inc()
+            raise BodyTooSlow(policy.body_timeout)
+
+        return limited
