@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -60,8 +61,11 @@ def _idempotency_key(request: Request) -> str | None:
     return key
 
 
-def job_url(request: Request, path: str) -> str:
-    """Absolute URL of `path` on this server, as the client reached it."""
+def job_url(request: Request, path: str, public_url: str | None) -> str:
+    """Absolute URL of `path` on this server: under `[http] public_url` when set, else as the
+    client reached it."""
+    if public_url:
+        return public_url.rstrip("/") + path
     return str(request.url.replace(path=path, query=""))
 
 
@@ -72,7 +76,11 @@ def scrape_failure(exc: FetchError) -> Response:
     return _error(status, exc.message, exc.code)
 
 
-def routes(service: CrawlService) -> list[ApiRoute]:
+def routes(
+    service: CrawlService, public_url: Callable[[], str | None] = lambda: None
+) -> list[ApiRoute]:
+    """The routes; `public_url()` gives the configured public base of the API (or None)."""
+
     async def scrape(request: Request) -> Response:
         try:
             parsed = models.parse_scrape(await _body(request))
@@ -100,7 +108,7 @@ def routes(service: CrawlService) -> list[ApiRoute]:
             models.StartResponse(
                 success=True,
                 id=job_id,
-                url=job_url(request, f"/v2/crawl/{job_id}"),
+                url=job_url(request, f"/v2/crawl/{job_id}", public_url()),
                 warning=plan.warning or None,
             )
         )
@@ -123,7 +131,7 @@ def routes(service: CrawlService) -> list[ApiRoute]:
             models.StartResponse(
                 success=True,
                 id=job_id,
-                url=job_url(request, f"/v2/batch/scrape/{job_id}"),
+                url=job_url(request, f"/v2/batch/scrape/{job_id}", public_url()),
                 invalidURLs=plan.invalid_urls,
                 warning=plan.warning or None,
             )
