@@ -244,7 +244,7 @@ def main() -> int:
     parser.add_argument("--scrapy-python", required=True, help="python of a venv with scrapy")
     parser.add_argument("--pages", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="0: only the frontier figure")
     parser.add_argument("--frontier", type=int, default=100_000)
     args = parser.parse_args()
 
@@ -271,6 +271,24 @@ def main() -> int:
         site_proc.terminate()
         site_proc.wait(10)
 
+    if ours:
+        report(args, ours, theirs)
+    if args.frontier:
+        print()
+        for per_page in (1000, args.frontier):
+            idle, rss, total = frontier_rss(args.frontier, per_page)
+            print(
+                f"frontier of {total} URLs, {per_page} links per page: crawld RSS {rss:.0f} MiB "
+                f"(idle {idle:.0f} MiB, +{rss - idle:.0f} MiB)"
+            )
+    return 0
+
+
+def report(
+    args: argparse.Namespace,
+    ours: list[tuple[float, float, int]],
+    theirs: list[tuple[float, float, int]],
+) -> None:
     rate = statistics.median(r[0] for r in ours)
     base = statistics.median(r[0] for r in theirs)
     print(
