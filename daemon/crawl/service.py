@@ -7,6 +7,7 @@
 # started afterwards; running jobs keep the engine they started with, as the config promises.
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import apsw
@@ -90,9 +91,18 @@ class CrawlService:
     def _spawn(self, row: crawlstore.CrawlJobRow) -> None:
         if self._nursery is None or row.job_id in self.runs:
             return
-        run = JobRun(self.engine, self.store, self.jobs, row, self.clock_ms)
+        try:
+            run = JobRun(self.engine, self.store, self.jobs, row, self.clock_ms)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.error("crawl job plan unreadable; failing the job", job=row.job_id, error=str(exc))
+            self._nursery.start_soon(self._fail, row.job_id, "internal error: unreadable plan")
+            return
         self.runs[row.job_id] = run
         self._nursery.start_soon(self._run, run)
+
+    async def _fail(self, job_id: str, error: str) -> None:
+        with contextlib.suppress(JobFinished, JobNotFound):
+            await self.jobs.finish(job_id, "failed", error)
 
     async def _run(self, run: JobRun) -> None:
         try:

@@ -9,6 +9,7 @@ import httpx
 import trio
 
 from daemon.app import Daemon
+from daemon.crawl import store as crawlstore
 from daemon.crawl.service import CrawlService
 from daemon.fakes.site import SiteSim
 
@@ -57,3 +58,18 @@ async def test_batch_ids_are_not_crawls(client: httpx.AsyncClient, site: SiteSim
     assert await wait_finished(client, batch["id"], "batch") == "completed"
     active = (await client.get("/v2/crawl/active")).json()
     assert active == {"success": True, "crawls": []}
+
+
+async def test_a_job_whose_plan_cannot_be_read_fails_instead_of_stopping_the_area(
+    daemon: Daemon, client: httpx.AsyncClient
+) -> None:
+    service: CrawlService = daemon.parts["crawl"]
+    job_id = await service.jobs.create_job(
+        "crawl", webhook=None, source={},
+        setup=lambda c, j: crawlstore.insert_job(c, j, "crawl", "http://s.test/", b"{}"),
+    )  # fmt: skip
+    row = await service.store.read(lambda c: crawlstore.get_job(c, job_id))
+    assert row is not None
+    service._spawn(row)
+    assert await wait_finished(client, job_id) == "failed"
+    assert daemon.component_states["crawl"].state == "running"
