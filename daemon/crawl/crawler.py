@@ -18,6 +18,7 @@
 # leaves the job `scraping` for the next start.
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import math
@@ -383,8 +384,11 @@ class JobRun:
 
     async def _fetch(self, entry: crawlstore.FrontierEntry) -> Outcome:
         engine = self.engine
+        # A paced job (delay or Crawl-delay) fetches one page at a time and spends most of it
+        # waiting for its host's next start: it takes no global slot, so it cannot sit on one.
+        slot = engine.fetch_slots if self.pace is None else contextlib.nullcontext()
         try:
-            async with engine.fetch_slots:
+            async with slot:
                 result = await engine.fetcher.fetch(
                     entry.url,
                     check_hop=self._check_hop(entry.url),
