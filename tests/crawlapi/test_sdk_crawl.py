@@ -4,7 +4,6 @@ counters, pagination with `next`, errors and robotsBlocked, every crawl option."
 from __future__ import annotations
 
 from collections import Counter
-from itertools import pairwise
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -192,15 +191,16 @@ async def test_delay_and_concurrency_are_honoured_at_the_site(
     fc: Firecrawl, sdk: Any, client: httpx.AsyncClient, site: SiteSim
 ) -> None:
     # the SDK types `delay` as whole seconds; the API takes fractions
-    body = {"url": site.url("/chain/0"), "sitemap": "skip", "delay": 0.1,
+    body = {"url": site.url("/chain/0"), "sitemap": "skip", "delay": 0.2,
             "includePaths": ["^/chain/"], "crawlEntireDomain": True}  # fmt: skip
     job_id = (await client.post("/v2/crawl", json=body)).json()["id"]
     assert await wait_finished(client, job_id) == "completed"
     times = [h.at for h in site.hits if h.path.startswith("/chain/")]
     assert len(times) == 6
-    # spaced by the gate when each request starts; arrival jitters by a few ms
-    assert all(b - a >= 0.08 for a, b in pairwise(times))
-    assert times[-1] - times[0] >= 0.5
+    # The gate spaces request starts; the site sees arrivals, each at or after its start, so
+    # only the first arrival's lateness can shorten the span (one gap alone may look short when
+    # the request before it arrived late).
+    assert times[-1] - times[0] >= 5 * 0.2 - 0.1
     _, job = await crawl(fc, sdk, client, site.url("/pages/0"), sitemap="skip", limit=30,
                          max_concurrency=2, include_paths=["^/pages/"],
                          crawl_entire_domain=True)  # fmt: skip
@@ -210,12 +210,11 @@ async def test_delay_and_concurrency_are_honoured_at_the_site(
 async def test_robots_crawl_delay_applies_unless_ignored(
     fc: Firecrawl, sdk: Any, client: httpx.AsyncClient, site: SiteSim
 ) -> None:
-    site.crawl_delay = 0.05
+    site.crawl_delay = 0.1
     await crawl(fc, sdk, client, site.url("/chain/0"), sitemap="skip",
                 include_paths=["^/chain/"], crawl_entire_domain=True)  # fmt: skip
     times = [h.at for h in site.hits if h.path.startswith("/chain/")]
-    assert all(b - a >= 0.04 for a, b in pairwise(times))
-    assert times[-1] - times[0] >= 0.2
+    assert len(times) == 6 and times[-1] - times[0] >= 5 * 0.1 - 0.05
 
 
 async def test_webhook_events_in_order_with_documents(
