@@ -1,11 +1,15 @@
 # Logs go to stderr, one line per record, so journald stores each line at the right level when
-# every line (tracebacks included) starts with a `<N>` syslog priority. Context travels as
+# every line (tracebacks included) starts with a `<N>` syslog priority. The prefix is written only
+# when stderr is journald's stream (systemd sets JOURNAL_STREAM to its device:inode); on a terminal
+# or a pipe it would be noise. Context travels as
 # `key=value` pairs (component=, task=, job=) that `journalctl -g` can find. A URL in a value
 # (an upstream, a webhook, the broker) is redacted on its way out: its password and query values
 # are not for the journal.
 from __future__ import annotations
 
+import io
 import logging
+import os
 import sys
 import traceback
 from typing import Any
@@ -48,11 +52,28 @@ def format_context(context: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
+def is_journal_stream(stream: Any) -> bool:
+    """Whether `stream` is the journald stream systemd named in $JOURNAL_STREAM ("dev:inode")."""
+    dev, sep, inode = os.environ.get("JOURNAL_STREAM", "").partition(":")
+    if not sep:
+        return False
+    try:
+        st = os.fstat(stream.fileno())
+        return (st.st_dev, st.st_ino) == (int(dev), int(inode))
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return False
+
+
 class JournalFormatter(logging.Formatter):
-    """`<N>logger: message key=value …`, with every traceback line prefixed too."""
+    """`<N>logger: message key=value …`, with every traceback line prefixed too (without the
+    `<N>` when `priority_prefix` is false)."""
+
+    def __init__(self, priority_prefix: bool = True) -> None:
+        super().__init__()
+        self.priority_prefix = priority_prefix
 
     def format(self, record: logging.LogRecord) -> str:
-        prefix = f"<{syslog_priority(record.levelno)}>"
+        prefix = f"<{syslog_priority(record.levelno)}>" if self.priority_prefix else ""
         message = record.getMessage()
         context = getattr(record, "ctx", None)
         if context:
@@ -76,7 +97,7 @@ def setup_logging(level: str = "info") -> None:
         if getattr(handler, "_crawld", False):
             root.removeHandler(handler)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JournalFormatter())
+    handler.setFormatter(JournalFormatter(priority_prefix=is_journal_stream(sys.stderr)))
     handler._crawld = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level.upper())

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from daemon.logs import JournalFormatter, format_context, get_logger, setup_logging, syslog_priority
+from daemon.logs import (
+    JournalFormatter,
+    format_context,
+    get_logger,
+    is_journal_stream,
+    setup_logging,
+    syslog_priority,
+)
 
 
 @pytest.fixture
@@ -217,4 +226,23 @@ def test_setup_logging_writes_prefixed_lines_to_stderr(
     get_logger("app").debug("starting", version="0.1.0")
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == "<7>crawld.app: starting version=0.1.0\n"
+    assert captured.err == "crawld.app: starting version=0.1.0\n"  # not journald: no <N>
+
+
+def test_the_priority_prefix_only_goes_to_journald(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with open(tmp_path / "journal", "w") as journal, open(tmp_path / "tty", "w") as other:
+        st = os.fstat(journal.fileno())
+        monkeypatch.setenv("JOURNAL_STREAM", f"{st.st_dev}:{st.st_ino}")
+        assert is_journal_stream(journal)
+        assert not is_journal_stream(other)
+        assert not is_journal_stream(io.StringIO())
+        for value in ("", "garbage", f"{st.st_dev}:", f"x:{st.st_ino}"):
+            monkeypatch.setenv("JOURNAL_STREAM", value)
+            assert not is_journal_stream(journal)
+        monkeypatch.delenv("JOURNAL_STREAM")
+        assert not is_journal_stream(journal)
+    record = logging.LogRecord("crawld.x", logging.ERROR, __file__, 1, "boom", (), None)
+    assert JournalFormatter(priority_prefix=False).format(record) == "crawld.x: boom"
+    assert JournalFormatter().format(record) == "<3>crawld.x: boom"

@@ -33,14 +33,24 @@ def crawld_process(
 ) -> Iterator[tuple[subprocess.Popen[str], Path]]:
     path = tmp_path / "crawld.toml"
     path.write_text(CONFIG.format(ttl="24h"))
-    env = {**os.environ, "NOTIFY_SOCKET": notify_socket.address, "WATCHDOG_USEC": "1000000"}
+    # stderr is a pipe named in JOURNAL_STREAM, as systemd connects it to journald
+    read_end, write_end = os.pipe()
+    stat = os.fstat(write_end)
+    env = {
+        **os.environ,
+        "NOTIFY_SOCKET": notify_socket.address,
+        "WATCHDOG_USEC": "1000000",
+        "JOURNAL_STREAM": f"{stat.st_dev}:{stat.st_ino}",
+    }
     env.pop("WATCHDOG_PID", None)
     proc = subprocess.Popen(
         [sys.executable, "-m", "daemon", "run", "--config", str(path)],
         env=env,
-        stderr=subprocess.PIPE,
+        stderr=write_end,
         text=True,
     )
+    os.close(write_end)
+    proc.stderr = os.fdopen(read_end, encoding="utf-8")
     try:
         yield proc, path
     finally:

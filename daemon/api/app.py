@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 import apsw
 import msgspec
@@ -17,7 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from daemon import __version__
-from daemon.api.edge import EdgeMiddleware, EdgePolicy
+from daemon.api.edge import OPEN_PATHS, SAFE_METHODS, EdgeMiddleware, EdgePolicy, EdgeStats
 from daemon.api.errors import HTTPError, JSONResponse, error_response, handle_http_error
 from daemon.config import resolve_secret
 from daemon.logs import get_logger
@@ -27,6 +28,19 @@ from daemon.store import STORAGE_ERRORS, StoreClosed
 log = get_logger("http")
 
 Handler = Callable[[Request], Awaitable[Response]]
+
+EDGE_ERRORS = {
+    401: "API key missing or wrong (when [http] api_key_env is set)",
+    403: "a browser request from another site",
+    421: "Host not in [http] hosts",
+    431: "request head too large",
+}
+"""What the edge (daemon/api/edge.py) may answer on any route but /healthz."""
+CHANGE_ERRORS = {
+    408: "request body not received within [http] body_timeout",
+    413: "request body over [http] max_body",
+    415: "a body that is not application/json",
+}
 
 
 @dataclass(frozen=True)
@@ -89,7 +103,14 @@ def openapi_document(routes: Sequence[ApiRoute]) -> dict[str, Any]:
         elif route.content_type != "application/json":
             ok["content"] = {route.content_type: {"schema": {"type": "string"}}}
         op["responses"]["200"] = ok
-        for status, description in sorted(route.errors.items()):
+        errors = dict(route.errors)
+        if route.path not in OPEN_PATHS:
+            errors = {**EDGE_ERRORS, **errors}
+            if route.method not in SAFE_METHODS:
+                errors = {**CHANGE_ERRORS, **errors}
+        else:
+            op["security"] = []
+        for status, description in sorted(errors.items()):
             op["responses"][str(status)] = {
                 "description": description,
                 "content": {"application/json": {"schema": error_schema}},
@@ -99,7 +120,11 @@ def openapi_document(routes: Sequence[ApiRoute]) -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "crawld", "version": __version__},
         "paths": paths,
-        "components": {"schemas": components},
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
     }
 
 
@@ -110,7 +135,10 @@ def edge_policy(daemon: Daemon) -> EdgePolicy:
 
 
 def build_app(
-    daemon: Daemon, routes: Sequence[ApiRoute], policy: EdgePolicy | None = None
+    daemon: Daemon,
+    routes: Sequence[ApiRoute],
+    policy: EdgePolicy | None = None,
+    stats: EdgeStats | None = None,
 ) -> Starlette:
     """One Starlette app for `routes` behind the edge checks of `policy` (default: the config's)."""
     document = msgspec.json.encode(openapi_document(routes))
@@ -154,10 +182,36 @@ def build_app(
     app = Starlette(
         routes=starlette_routes,
         exception_handlers=handlers,
-        middleware=[Middleware(EdgeMiddleware, policy=policy or edge_policy(daemon))],
+        middleware=[Middleware(EdgeMiddleware, policy=policy or edge_policy(daemon), stats=stats)],
     )
     app.state.daemon = daemon
     return app
+
+
+def public_base_url(daemon: Daemon) -> str:
+    """Where clients reach the API: `[http] public_url`, else http://<bind> with the bound port.
+
+    Links in answers are built from this, never from the request's Host header, which the client
+    chooses (a forged Host would send the next page's request elsewhere)."""
+    http = daemon.config.http
+    if http.public_url:
+        return http.public_url.rstrip("/")
+    host, _, port = http.bind.rpartition(":")
+    if daemon.http_address is not None:
+        port = str(daemon.http_address[1])
+    host = host.strip("[]")
+    if host in ("0.0.0.0", "::", ""):
+        host = "localhost"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def public_link(request: Request, **query: Any) -> str:
+    """Absolute URL of this request's path on the public base URL, with `query` replaced."""
+    daemon: Daemon = request.app.state.daemon
+    params = dict(request.query_params)
+    params.update({k: str(v) for k, v in query.items()})
+    link = public_base_url(daemon) + request.url.path
+    return f"{link}?{urlencode(params)}" if params else link
 
 
 def json(value: Any, status: int = 200) -> JSONResponse:

@@ -6,8 +6,8 @@ from typing import Any
 
 import trio
 
-from daemon.api.app import build_app
-from daemon.api.edge import MIN_KEY_LENGTH, parse_keys
+from daemon.api.app import build_app, edge_policy
+from daemon.api.edge import MIN_KEY_LENGTH, EdgeStats, parse_keys
 from daemon.api.server import serve_app
 from daemon.config import Config, ConfigError, resolve_secret
 from daemon.runtime import Daemon
@@ -36,7 +36,24 @@ def check_secrets(cfg: Config) -> None:
 
 
 async def serve_http(daemon: Daemon, *, task_status: trio.TaskStatus[Any]) -> None:
-    app = build_app(daemon, daemon.routes)
+    policy = edge_policy(daemon)
+    stats = EdgeStats()
+    app = build_app(daemon, daemon.routes, policy, stats)
+
+    async def http_section() -> dict[str, Any]:
+        return {
+            "address": None if daemon.http_address is None else list(daemon.http_address),
+            "api_keys": len(policy.keys),
+            "metrics_public": policy.metrics_public,
+            "hosts": "any"
+            if policy.hosts.any_host
+            else [h if p is None else f"{h}:{p}" for h, p in policy.hosts.entries],
+            "active_requests": stats.active,
+            "max_concurrent_requests": policy.max_concurrent,
+            "refused": dict(stats.refused),
+        }
+
+    daemon.status_sections["http"] = http_section
 
     http = daemon.config.http
 

@@ -62,6 +62,8 @@ class Status(msgspec.Struct, omit_defaults=True):
     webhooks: dict[str, Any] | None = None
     tracker: dict[str, Any] | None = None
     crawl: dict[str, Any] | None = None
+    http: dict[str, Any] | None = None
+    """The HTTP edge: keys configured (how many), accepted hosts, requests in progress, refusals."""
 
 
 async def build_status(daemon: Daemon) -> Status:

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from daemon.api import jobs as jobs_api
-from daemon.api.app import ApiRoute, json
+from daemon.api.app import ApiRoute, json, public_base_url
 from daemon.crawl import models
 from daemon.crawl.fetch import FetchError
 from daemon.crawl.mapper import MapTimeout
@@ -61,12 +60,9 @@ def _idempotency_key(request: Request) -> str | None:
     return key
 
 
-def job_url(request: Request, path: str, public_url: str | None) -> str:
-    """Absolute URL of `path` on this server: under `[http] public_url` when set, else as the
-    client reached it."""
-    if public_url:
-        return public_url.rstrip("/") + path
-    return str(request.url.replace(path=path, query=""))
+def job_url(request: Request, path: str) -> str:
+    """Absolute URL of `path` on the API's public base (never the client's Host header)."""
+    return public_base_url(request.app.state.daemon) + path
 
 
 def scrape_failure(exc: FetchError) -> Response:
@@ -76,11 +72,7 @@ def scrape_failure(exc: FetchError) -> Response:
     return _error(status, exc.message, exc.code)
 
 
-def routes(
-    service: CrawlService, public_url: Callable[[], str | None] = lambda: None
-) -> list[ApiRoute]:
-    """The routes; `public_url()` gives the configured public base of the API (or None)."""
-
+def routes(service: CrawlService) -> list[ApiRoute]:
     async def scrape(request: Request) -> Response:
         try:
             parsed = models.parse_scrape(await _body(request))
@@ -108,7 +100,7 @@ def routes(
             models.StartResponse(
                 success=True,
                 id=job_id,
-                url=job_url(request, f"/v2/crawl/{job_id}", public_url()),
+                url=job_url(request, f"/v2/crawl/{job_id}"),
                 warning=plan.warning or None,
             )
         )
@@ -131,7 +123,7 @@ def routes(
             models.StartResponse(
                 success=True,
                 id=job_id,
-                url=job_url(request, f"/v2/batch/scrape/{job_id}", public_url()),
+                url=job_url(request, f"/v2/batch/scrape/{job_id}"),
                 invalidURLs=plan.invalid_urls,
                 warning=plan.warning or None,
             )

@@ -4,16 +4,17 @@
 # shell that applies them in order and counts what it refused. It sits inside Starlette's error
 # middleware, so its early answers use the same JSON shape as every other error.
 #
-# Order: concurrency cap (503) → Host allow-list (421) → body size by Content-Length (413) →
-# API key (401) → browser cross-site request (403) → JSON Content-Type on methods that change
-# data (415). Then the body is counted as it streams (chunked bodies have no Content-Length: 413)
-# and must arrive within `body_timeout` (408), so a trickling upload cannot hold a slot forever.
-# /healthz skips everything but the body checks: a monitor must reach it even when the API is full.
+# Order: concurrency cap (503) → head size (431) → Host allow-list (421) → body size by
+# Content-Length (413) → API key (401) → browser cross-site request (403) → JSON Content-Type on
+# methods that change data (415). Then the body is counted as it streams (chunked bodies have no
+# Content-Length: 413) and must arrive within `body_timeout` (408), so a trickling upload cannot
+# hold a slot forever. /healthz skips the cap, the Host, key and cross-site checks: a monitor must
+# reach it even when the API is full.
 from __future__ import annotations
 
 import hmac
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -74,6 +75,8 @@ def split_host(value: str) -> tuple[str, int | None]:
     """("name", port or None) of a Host header or a `hosts` entry; IPv6 keeps its brackets."""
     value = value.strip().lower()
     if value.startswith("["):
+        if "]" not in value:
+            return "", None
         name, _, rest = value.partition("]")
         name += "]"
         port = rest[1:] if rest.startswith(":") else ""
@@ -187,6 +190,7 @@ class EdgePolicy:
     max_body: int
     body_timeout: float
     max_concurrent: int
+    max_head: int = 16 * 1024
 
     @classmethod
     def from_config(cls, http: HttpConfig, key_value: str | None) -> EdgePolicy:
@@ -197,12 +201,25 @@ class EdgePolicy:
             max_body=http.max_body,
             body_timeout=float(http.body_timeout),
             max_concurrent=http.max_concurrent_requests,
+            max_head=http.max_header_bytes,
         )
 
     def needs_key(self, path: str) -> bool:
         if not self.keys or path in OPEN_PATHS:
             return False
         return not (self.metrics_public and path == "/metrics")
+
+
+@dataclass
+class EdgeStats:
+    """What the edge is doing, for /status: requests in progress and refusals by reason."""
+
+    active: int = 0
+    refused: dict[str, int] = field(default_factory=dict)
+
+    def refuse(self, reason: str) -> None:
+        self.refused[reason] = self.refused.get(reason, 0) + 1
+        refused.labels(reason).inc()
 
 
 def unauthorized(detail: str) -> JSONResponse:
@@ -229,38 +246,55 @@ def _headers(scope: Mapping[str, Any]) -> dict[str, str]:
 class EdgeMiddleware:
     """ASGI middleware applying EdgePolicy to every HTTP request."""
 
-    def __init__(self, app: Any, policy: EdgePolicy) -> None:
+    def __init__(self, app: Any, policy: EdgePolicy, stats: EdgeStats | None = None) -> None:
         self.app = app
         self.policy = policy
-        self.active = 0
+        self.stats = stats if stats is not None else EdgeStats()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        refusal = self.check(scope)
+        headers = _headers(scope)
+        body = _Body(
+            receive,
+            self.policy,
+            self.stats,
+            has_body="chunked" in headers.get("transfer-encoding", "").lower()
+            or headers.get("content-length", "0").strip() not in ("", "0"),
+        )
+        refusal = self.check(scope, headers)
         if refusal is not None:
             reason, response = refusal
-            refused.labels(reason).inc()
-            await response(scope, receive, send)
+            self.stats.refuse(reason)
+            await response(scope, receive, body.send_wrapper(send))
             return
-        self.active += 1
+        self.stats.active += 1
         try:
-            await self.app(scope, self._body_limited(receive), send)
+            await self.app(scope, body.receive, body.send_wrapper(send))
         finally:
-            self.active -= 1
+            self.stats.active -= 1
 
-    def check(self, scope: Mapping[str, Any]) -> tuple[str, JSONResponse] | None:
+    def check(
+        self, scope: Mapping[str, Any], headers: Mapping[str, str]
+    ) -> tuple[str, JSONResponse] | None:
         """The first rule the request breaks, as (metric reason, answer), or None."""
         policy = self.policy
         path = scope.get("path", "")
-        headers = _headers(scope)
         open_path = path in OPEN_PATHS
-        if not open_path and self.active >= policy.max_concurrent:
+        if not open_path and self.stats.active >= policy.max_concurrent:
             response = error_response(503, "too many requests in progress", {
                 "max_concurrent_requests": policy.max_concurrent})  # fmt: skip
             response.headers["Retry-After"] = "1"
             return "busy", response
+        head = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
+        head += sum(len(k) + len(v) + 4 for k, v in scope.get("headers", ()))
+        if head > policy.max_head:
+            # hypercorn stops a head that grows past the limit while it arrives; one that came
+            # in a single read is measured here.
+            return "head_too_large", error_response(
+                431, "request line and headers too large", {"max_header_bytes": policy.max_head}
+            )
         server = scope.get("server")
         port = server[1] if server else None
         host = headers.get("host")
@@ -296,26 +330,43 @@ class EdgeMiddleware:
             return "media_type", error_response(415, "unsupported media type", why)
         return None
 
-    def _body_limited(self, receive: Any) -> Any:
-        policy = self.policy
-        deadline = trio.current_time() + policy.body_timeout
-        received = 0
-        complete = False
 
-        async def limited() -> Any:
-            nonlocal received, complete
-            if complete:
-                return await receive()
-            with trio.move_on_at(deadline):
-                message = await receive()
-                if message["type"] == "http.request":
-                    received += len(message.get("body", b""))
-                    if received > policy.max_body:
-                        refused.labels("too_large").inc()
-                        raise BodyTooLarge(policy.max_body)
-                    complete = not message.get("more_body", False)
-                return message
-            refused.labels("body_timeout").inc()
-            raise BodyTooSlow(policy.body_timeout)
+class _Body:
+    """One request's body as the app reads it: counted against max_body, due by body_timeout.
 
-        return limited
+    An answer sent before the body was read completely says `Connection: close`: the server
+    drops the rest of the body with the connection, and a client must not reuse it."""
+
+    def __init__(
+        self, receive: Any, policy: EdgePolicy, stats: EdgeStats, *, has_body: bool
+    ) -> None:
+        self._receive = receive
+        self.policy = policy
+        self.stats = stats
+        self.deadline = trio.current_time() + policy.body_timeout
+        self.received = 0
+        self.complete = not has_body
+
+    async def receive(self) -> Any:
+        if self.complete:
+            return await self._receive()
+        with trio.move_on_at(self.deadline):
+            message = await self._receive()
+            if message["type"] == "http.request":
+                self.received += len(message.get("body", b""))
+                if self.received > self.policy.max_body:
+                    self.stats.refuse("too_large")
+                    raise BodyTooLarge(self.policy.max_body)
+                self.complete = not message.get("more_body", False)
+            return message
+        self.stats.refuse("body_timeout")
+        raise BodyTooSlow(self.policy.body_timeout)
+
+    def send_wrapper(self, send: Any) -> Any:
+        async def wrapped(message: Any) -> None:
+            if message["type"] == "http.response.start" and not self.complete:
+                message = {**message, "headers": [*message.get("headers", ()),
+                                                  (b"connection", b"close")]}  # fmt: skip
+            await send(message)
+
+        return wrapped

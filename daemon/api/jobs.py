@@ -11,10 +11,10 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from daemon.api.app import ApiRoute, QueryParam, json
+from daemon import redact
+from daemon.api.app import ApiRoute, QueryParam, json, public_link
 from daemon.api.errors import HTTPError, decode_query_int
 from daemon.jobs.store import ROBOTS_BLOCKED, JobFinished, JobNotFound
-from daemon.redact import redact_text, redact_url
 
 if TYPE_CHECKING:
     from daemon.jobs.manager import JobManager
@@ -85,7 +85,7 @@ def routes(manager: JobManager) -> list[ApiRoute]:
         rows, more = await manager.job_rows(job_id, skip, limit, PAGE_BYTES)
         next_url = None
         if more:
-            next_url = str(request.url.include_query_params(skip=skip + len(rows)))
+            next_url = public_link(request, skip=skip + len(rows))
         return json(
             CrawlStatus(
                 success=True,
@@ -105,17 +105,21 @@ def routes(manager: JobManager) -> list[ApiRoute]:
         job_id = _job_id(request)
         if await manager.get_job(job_id) is None:
             return _not_found()
-        errors = await manager.job_errors(job_id)
+        # Errors stored before URLs were redacted at the source still leave redacted.
+        errors = [
+            msgspec.structs.replace(
+                e, url=e.url and redact.redact_url(e.url), error=redact.redact_text(e.error)
+            )
+            for e in await manager.job_errors(job_id)
+        ]
         return json(
             CrawlErrors(
                 errors=[
-                    CrawlError(
-                        e.id, iso(e.at_ms), redact_url(e.url or ""), e.code, redact_text(e.error)
-                    )
+                    CrawlError(e.id, iso(e.at_ms), e.url or "", e.code, e.error)
                     for e in errors
                     if e.code != ROBOTS_BLOCKED
                 ],
-                robotsBlocked=[redact_url(e.url or "") for e in errors if e.code == ROBOTS_BLOCKED],
+                robotsBlocked=[e.url or "" for e in errors if e.code == ROBOTS_BLOCKED],
             )
         )
 

@@ -34,6 +34,6 @@ def install(daemon: Daemon) -> None:
             service.configure(new.crawl)
 
     daemon.add_component("crawl", run_crawl)
-    daemon.routes[:0] = crawl_api.routes(service, lambda: daemon.config.http.public_url)
+    daemon.routes[:0] = crawl_api.routes(service)
     daemon.status_sections["crawl"] = crawl_section
     daemon.reload_hooks.append(on_reload)

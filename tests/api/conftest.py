@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import contextlib
+import os
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -14,6 +19,7 @@ from daemon.app import Daemon, run_daemon
 from daemon.collector.queue import stream_name
 from daemon.outbox import NewItem
 from daemon.systemd import Notifier
+from tests.conftest import NotifySocket
 
 KEY = "k-0123456789abcdef-first"
 OLD_KEY = "k-0123456789abcdef-older"
@@ -75,3 +81,39 @@ async def queue_rows(daemon: Daemon, count: int, queue: str = "job_data") -> Non
 async def queue_size(daemon: Daemon, queue: str = "job_data") -> int:
     assert daemon.outbox is not None
     return (await daemon.outbox.state(stream_name(queue))).pending
+
+
+@contextlib.contextmanager
+def crawld_subprocess(
+    tmp: Path,
+    config_text: str,
+    env: dict[str, str] | None = None,
+    preexec_fn: Callable[[], None] | None = None,
+) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """`crawld run` in a subprocess with `config_text` (bind 127.0.0.1:0): (process, port) once
+    READY=1 came; killed on exit, and its log must hold no traceback."""
+    path = tmp / "crawld.toml"
+    path.write_text(config_text)
+    notify = NotifySocket()
+    full_env = {**os.environ, "NOTIFY_SOCKET": notify.address, **(env or {})}
+    for name in ("WATCHDOG_USEC", "WATCHDOG_PID", "JOURNAL_STREAM"):
+        full_env.pop(name, None)
+    with open(tmp / "stderr.log", "wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "daemon", "run", "--config", str(path)],
+            env=full_env,
+            stderr=stderr,
+            preexec_fn=preexec_fn,
+        )
+    try:
+        while "READY" not in (message := notify.receive(timeout=60)):
+            pass
+        match = re.search(r"http on 127\.0\.0\.1:(\d+)", message["STATUS"])
+        assert match, message
+        yield proc, int(match.group(1))
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+        notify.close()
+    log = (tmp / "stderr.log").read_text(errors="replace")
+    assert "Traceback" not in log, log[-5000:]

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import trio
 
 from daemon import config
 from daemon.app import check_secrets
@@ -233,3 +234,31 @@ def test_status_command_sends_the_key(tmp_path, monkeypatch) -> None:  # type: i
     assert url == "http://h:1/status" and headers == {"Authorization": f"Bearer {OLD_KEY}"}
     monkeypatch.delenv("CRAWLD_API_KEY")
     assert status_request(None, None) == ("http://127.0.0.1:8700/status", {})
+
+
+async def test_reload_checks_the_key_variable(
+    keys: None, start_daemon: StartDaemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon = await start_daemon(KEYED)
+    path = trio.Path(daemon.config.source)
+    monkeypatch.delenv("CRAWLD_TEST_OTHER_KEY", raising=False)
+    await path.write_text((await path.read_text()).replace(KEY_ENV, "CRAWLD_TEST_OTHER_KEY"))
+    assert not await daemon.reload()
+    assert daemon.last_reload is not None and "$.http.api_key_env" in daemon.last_reload.message
+    assert daemon.config.http.api_key_env == KEY_ENV
+
+
+async def test_status_shows_the_edge(keys: None, start_daemon: StartDaemon) -> None:
+    daemon = await start_daemon(KEYED)
+    async with client(daemon) as anonymous:
+        assert (await anonymous.get("/status")).status_code == 401
+        assert (await anonymous.get("/status", headers={"Host": "evil.example"})).status_code == 421
+    async with client(daemon, KEY) as c:
+        http = (await c.get("/status")).json()["http"]
+    assert daemon.http_address is not None
+    assert http["address"] == list(daemon.http_address)
+    assert http["api_keys"] == 2 and http["metrics_public"] is False
+    assert http["hosts"] == ["127.0.0.1", "localhost", "[::1]"]
+    assert http["refused"] == {"unauthorized": 1, "host": 1}
+    assert http["active_requests"] == 1  # this request
+    assert KEY not in str(http) and OLD_KEY not in str(http)

@@ -5,12 +5,9 @@ out and /healthz keeps answering."""
 from __future__ import annotations
 
 import os
-import re
 import resource
 import selectors
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import NotifySocket
+from tests.api.conftest import crawld_subprocess
 
 pytestmark = pytest.mark.process
 
@@ -40,28 +37,10 @@ def limit_descriptors() -> None:
 
 
 @pytest.fixture
-def crawld(tmp_path: Path, notify_socket: NotifySocket) -> Iterator[tuple[int, int]]:
+def crawld(tmp_path: Path) -> Iterator[tuple[int, int]]:
     """(pid, port) of a crawld with a soft limit of 1024 open files."""
-    path = tmp_path / "crawld.toml"
-    path.write_text(CONFIG)
-    env = {**os.environ, "NOTIFY_SOCKET": notify_socket.address}
-    for name in ("WATCHDOG_USEC", "WATCHDOG_PID", "JOURNAL_STREAM"):
-        env.pop(name, None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "daemon", "run", "--config", str(path)],
-        env=env,
-        stderr=subprocess.DEVNULL,
-        preexec_fn=limit_descriptors,
-    )
-    try:
-        while "READY" not in (message := notify_socket.receive(timeout=60)):
-            pass
-        match = re.search(r"http on 127\.0\.0\.1:(\d+)", message["STATUS"])
-        assert match, message
-        yield proc.pid, int(match.group(1))
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
+    with crawld_subprocess(tmp_path, CONFIG, preexec_fn=limit_descriptors) as (proc, port):
+        yield proc.pid, port
 
 
 def test_slow_uploads_do_not_exhaust_descriptors(crawld: tuple[int, int]) -> None:

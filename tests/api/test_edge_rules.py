@@ -56,6 +56,7 @@ def test_no_keys_match_nothing() -> None:
         ("[::1]", ("[::1]", None)),
         ("::1", ("[::1]", None)),
         ("host:abc", ("", None)),
+        ("[::1", ("", None)),
         ("host:１２", ("", None)),
     ],
 )
@@ -76,6 +77,8 @@ DEFAULT = HostRule.from_config(HttpConfig(bind="127.0.0.1:8700"))
         ("localhost:8701", False),
         ("evil.example:8700", False),
         ("localhost.evil.example:8700", False),
+        ("[::1", False),
+        ("[::1:8700", False),
         ("", False),
         (None, False),
     ],
@@ -142,3 +145,21 @@ def test_media_type(
     method: str, content_type: str | None, length: str | None, chunked: bool, refused: bool
 ) -> None:
     assert (media_type_refusal(method, content_type, length, chunked) is not None) is refused
+
+
+@pytest.mark.parametrize(
+    ("bind", "key_env", "allowed"),
+    [
+        ("127.0.0.1:8700", None, True),
+        ("[::1]:8700", None, True),
+        ("0.0.0.0:8700", "K", True),
+        ("127.0.0.1:8700", "K", True),
+    ],
+)
+def test_get_consume_needs_loopback_or_a_key(bind: str, key_env: str | None, allowed: bool) -> None:
+    from daemon.api.collector import get_consume_allowed
+
+    assert get_consume_allowed(HttpConfig(bind=bind, api_key_env=key_env)) is allowed
+    # a public bind without a key cannot even be configured
+    with pytest.raises(ValueError, match="api_key_env"):
+        HttpConfig(bind="0.0.0.0:8700")

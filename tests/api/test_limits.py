@@ -180,3 +180,32 @@ async def test_httpx_sees_json_on_every_refusal(start_daemon: StartDaemon) -> No
         r = await c.post("/crawl/stop", json={"task_id": "far too long for ten bytes"})
         assert r.status_code == 413 and r.headers["content-type"] == "application/json"
         assert isinstance(r, httpx.Response)
+
+
+async def test_an_answer_before_the_body_was_read_closes_the_connection(
+    start_daemon: StartDaemon,
+) -> None:
+    """The unread rest of the body goes with the connection, so clients must not reuse it."""
+    daemon = await start_daemon("max_body = 100")
+    async with client(daemon) as c:
+        refused = await c.post(
+            "/crawl/stop", content=b"x" * 50, headers={"Content-Type": "text/plain"}
+        )
+        assert refused.status_code == 415 and refused.headers["connection"] == "close"
+        too_big = await c.post("/crawl/stop", json={"task_id": "y" * 200})
+        assert too_big.status_code == 413 and too_big.headers["connection"] == "close"
+        read = await c.post("/crawl/stop", json={})
+        assert read.status_code == 200 and "connection" not in read.headers
+        for _ in range(20):  # every answer arrives on a fresh or a still-open connection
+            assert (await c.request("GET", "/status", content=b"{}")).status_code == 200
+
+
+async def test_a_long_head_that_arrives_at_once_is_refused(start_daemon: StartDaemon) -> None:
+    daemon = await start_daemon("max_header_bytes = 2048")
+    async with client(daemon) as c:
+        long_query = await c.get("/status", params={"q": "a" * 3000})
+        assert long_query.status_code == 431
+        assert long_query.json()["detail"] == {"max_header_bytes": 2048}
+        big_header = await c.get("/status", headers={"X-Big": "b" * 3000})
+        assert big_header.status_code == 431
+        assert (await c.get("/status", headers={"X-Small": "b" * 500})).status_code == 200
