@@ -135,3 +135,17 @@ async def test_batch_webhook_events(
         "batch_scrape.page",
         "batch_scrape.completed",
     ]
+
+
+async def test_max_concurrency_is_honoured_at_the_site(
+    fc: Firecrawl, sdk: Any, client: httpx.AsyncClient, site: SiteSim
+) -> None:
+    site.slow_seconds = 0.1
+    urls = [site.url(f"/slow?n={n}") for n in range(6)]
+    started = await sdk(fc.start_batch_scrape, urls, max_concurrency=2)
+    assert await wait_finished(client, started.id, "batch") == "completed"
+    arrivals = sorted(h.at for h in site.hits if h.path.startswith("/slow"))
+    assert len(arrivals) == 6
+    # with two at a time, a third request is only sent once one of the two before it finished,
+    # which the site answers 0.1 s after it arrived
+    assert all(arrivals[k + 2] - arrivals[k] >= 0.1 for k in range(4))
