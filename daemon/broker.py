@@ -187,22 +187,26 @@ async def _aio_publish_all(
     timeout: float,
 ) -> list[BaseException | None]:
     # wait=False skips only the socket-drain wait (the batch is bounded); the confirm is
-    # still awaited. AbstractChannel's signature lacks `wait`, Channel has it.
+    # still awaited. AbstractChannel's signature lacks `wait`, Channel has it. One timeout bounds
+    # the whole batch (a timer per message would cost a timer handle each); when it fires, every
+    # publish still waiting ends with TimeoutError, which counts as "outcome unknown".
     publish: Callable[..., Coroutine[Any, Any, object]] = channel.basic_publish
-    results = await asyncio.gather(
-        *(
-            publish(
-                body,
-                routing_key=queue,
-                properties=props,
-                mandatory=True,
-                timeout=timeout,
-                wait=False,
-            )
-            for props, body in zip(properties, bodies, strict=True)
-        ),
-        return_exceptions=True,
-    )
+    pending = [
+        asyncio.ensure_future(
+            publish(body, routing_key=queue, properties=props, mandatory=True, wait=False)
+        )
+        for props, body in zip(properties, bodies, strict=True)
+    ]
+    try:
+        async with asyncio.timeout(timeout):
+            results = await asyncio.gather(*pending, return_exceptions=True)
+    except TimeoutError:
+        results = [
+            TimeoutError("no publisher confirm in time")
+            if not task.done() or task.cancelled()
+            else (task.exception() or task.result())
+            for task in pending
+        ]
     return [
         None
         if isinstance(result, spec.Basic.Ack)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -187,14 +188,16 @@ def message_properties(message: OutgoingMessage) -> spec.Basic.Properties:
         delivery_mode=message.delivery_mode,
         message_id=message.message_id,
         expiration=None if message.expiration_ms is None else str(message.expiration_ms),
-        timestamp=(
-            None
-            if message.timestamp is None
-            else datetime.fromtimestamp(message.timestamp / 1000, UTC)
-        ),
-        headers=dict(message.headers) if message.headers else None,
+        timestamp=None if message.timestamp is None else _amqp_timestamp(message.timestamp // 1000),
+        headers=message.headers or None,
         app_id=message.app_id,
     )
+
+
+@functools.lru_cache(maxsize=256)
+def _amqp_timestamp(seconds: int) -> datetime:
+    """AMQP timestamps are whole seconds; the messages of one window share a few of them."""
+    return datetime.fromtimestamp(seconds, UTC)
 
 
 def unique_by_message_id(messages: Sequence[OutgoingMessage]) -> list[OutgoingMessage]:

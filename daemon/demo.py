@@ -1,7 +1,9 @@
 # `crawld demo`: the daemon plus the bundled simulators in one process, so a new user sees rows,
 # jobs and webhooks move within a minute, with no accounts. The Octoparse simulator serves a task
 # that keeps growing, a webhook receiver prints the events it gets, and the daemon collects with
-# the embedded queue (or RabbitMQ when one answers and --broker amqp is given). The demo's
+# the embedded queue (or RabbitMQ when one answers and --broker amqp is given). The Bilibili
+# simulator publishes videos into its newlist over time (one song close to 100k views), so the
+# tracker discovers, classifies and snapshots them right away. The demo's
 # config is written to a file in the state directory, so `kill -HUP` reloads it like the real thing.
 # With $CRAWLD_API_KEY set, the demo's API asks for that key and the printed commands send it.
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 import trio
 
 from daemon import config
+from daemon.fakes import bilibili
 from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
 from daemon.fakes.receiver import WebhookReceiver
 from daemon.logs import get_logger, setup_logging
@@ -23,7 +26,7 @@ from daemon.logs import get_logger, setup_logging
 log = get_logger("demo")
 DAY_MS = 86_400_000
 KEY_ENV = "CRAWLD_API_KEY"
-"""When set, the demo's API needs this key (as `crawld status` expects; /metrics stays open)."""
+"""When set, the demo's API needs this key, as `crawld status` expects."""
 
 CONFIG = """\
 # Written by `crawld demo`. Edit it and send SIGHUP (kill -HUP {pid}) to see a reload.
@@ -61,6 +64,11 @@ webhook = "{receiver}/hooks/crawld"
 [webhooks]
 allow_cidrs = ["127.0.0.0/8"]
 retry_schedule = ["1s", "5s", "30s"]
+
+[tracker]
+enabled = true
+base_url = "{bilibili}"
+discovery_interval = "20s"
 """
 
 
@@ -69,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--http", default="127.0.0.1:8700", help="crawld API address")
     parser.add_argument("--octoparse", default="127.0.0.1:8701", help="simulator address")
     parser.add_argument("--receiver", default="127.0.0.1:8702", help="webhook receiver address")
+    parser.add_argument("--bilibili", default="127.0.0.1:8703", help="Bilibili simulator address")
+    parser.add_argument(
+        "--publish-every", type=float, default=15.0, help="seconds between new Bilibili videos"
+    )
     parser.add_argument("--broker", choices=["embedded", "amqp"], default="embedded")
     parser.add_argument("--amqp-url", default="amqp://guest@127.0.0.1:5672/")
     parser.add_argument("--rows", type=int, default=3000, help="rows the demo task starts with")
@@ -84,6 +96,22 @@ async def _grow(sim: OctoparseSim, task_id: str, count: int, every: float) -> No
     while count > 0:
         await trio.sleep(every)
         sim.append_rows(task_id, count)
+
+
+def _bilibili_sim(publish_every_s: float) -> bilibili.BilibiliSim:
+    """A zone with some history, a song about to pass 100k views, and new videos over time."""
+    sim = bilibili.BilibiliSim(seed=int(time.time()), latency_ms=(20, 80))
+    now = sim.clock()
+    for i in range(12):
+        sim.add_video(published_ms=now - (12 - i) * 600_000, song=i % 2 == 0)
+    sim.add_video(
+        title="【洛天依原创】十万星河",
+        tags=["洛天依", "VOCALOID中文曲", "原创"],
+        published_ms=now - 3_600_000,
+        curve=bilibili.Curve.linear(6000, start=92_000),  # 100k about 20 minutes from now
+    )
+    sim.stream(int(publish_every_s * 1000), song_share=0.5)
+    return sim
 
 
 def _state_dir(given: str | None) -> Path:
@@ -102,15 +130,18 @@ async def run_demo(args: argparse.Namespace) -> int:
     sim = OctoparseSim()
     task_id = sim.add_task("demo", rows=args.rows, days=args.days)
     receiver = WebhookReceiver(bind=args.receiver)
+    bili = _bilibili_sim(args.publish_every)
     async with trio.open_nursery() as nursery:
         sim_host, sim_port = await nursery.start(
             lambda task_status: serve_sim(sim, args.octoparse, task_status=task_status)
         )
         rx_host, rx_port = await nursery.start(receiver.run)
+        bili_host, bili_port = await nursery.start(
+            lambda task_status: bilibili.serve_sim(bili, args.bilibili, task_status=task_status)
+        )
         path = state / "crawld-demo.toml"
         text = CONFIG.format(
             pid=os.getpid(),
-            api_key=f'api_key_env = "{KEY_ENV}"\nmetrics_public = true\n' if keyed else "",
             state=state,
             http=args.http,
             broker=args.broker,
@@ -119,6 +150,8 @@ async def run_demo(args: argparse.Namespace) -> int:
             octoparse=f"http://{sim_host}:{sim_port}",
             task_id=task_id,
             receiver=f"http://{rx_host}:{rx_port}",
+            api_key=f'api_key_env = "{KEY_ENV}"\n' if keyed else "",
+            bilibili=f"http://{bili_host}:{bili_port}",
         )
         await trio.Path(path).write_text(text, encoding="utf-8")
         cfg = config.load(path)
@@ -132,6 +165,8 @@ crawld demo (pid {os.getpid()}), state in {state}
                        task "demo": {args.rows} rows over {args.days:g} days,
                        +{args.grow} rows every {args.grow_every:g}s
   webhook receiver     http://{rx_host}:{rx_port}   (GET /_receiver/summary)
+  Bilibili simulator   http://{bili_host}:{bili_port}   (GET /_sim/stats)
+                       a new video every {args.publish_every:g}s, one song nearing 100k views
   crawld API           {api}   config {path}
 
 Try, in another terminal:
@@ -140,7 +175,10 @@ Try, in another terminal:
   curl -s{auth} -XPOST '{api}/consume?count=2' | python3 -m json.tool   # takes them off
   curl -s{auth}{json_type} {api}/crawl/start -d '{{"task_id": "demo"}}'   # 409 while running
   curl -s http://{rx_host}:{rx_port}/_receiver/summary             # webhook events received
-  curl -s {api}/metrics | grep crawld_
+  curl -s{auth} {api}/metrics | grep crawld_
+  curl -s{auth} {api}/status | python3 -c 'import json,sys; print(json.load(sys.stdin)["tracker"])'
+  curl -s{auth} {api}/tracker/milestones | python3 -m json.tool   # songs nearest a milestone
+  curl -s{auth} {api}/tracker/schedules | python3 -m json.tool    # schedules by type and status
 Stop with Ctrl-C.
 """,
             file=sys.stderr,

@@ -137,7 +137,8 @@ async def crawld_rows_per_s(
     os.environ["BENCH_AMQP_PW"] = password
     path = state / "crawld.toml"
     path.write_text(
-        CONFIG.format(state=state / "st", port=0, url=url, queue=queue, window=args.window,
+        CONFIG.format(state=state / "st", port=0, url=url, queue=queue,
+                      window=args.crawld_window or args.window,
                       batches=args.batches, base=base, auto_start="false", kind=kind,
                       max_pending=max(20_000, rows + 1))
         + TASK.format(i=0, task_id=sim_task)
@@ -163,7 +164,7 @@ async def crawld_rows_per_s(
             with trio.fail_after(900):
                 # attribute reads: polling costs the daemon nothing
                 while (amqp.published if amqp else _stored(crawler)) < rows:
-                    await trio.sleep(0.005)
+                    await trio.sleep(0.01)
             elapsed = time.perf_counter() - start
             daemon.request_stop()
     finally:
@@ -255,7 +256,7 @@ async def main_async(args: argparse.Namespace) -> None:
                     bodies_file = Path(tmp) / f"bodies{rows}.json"
                     write_bodies(await sim.bodies(http, task_id, rows), bodies_file)
                 for round_ in range(args.rounds):  # interleaved: the broker's fsync rhythm drifts
-                    for mode in args.baselines.split(","):
+                    for mode in filter(None, args.baselines.split(",")):
                         result = await baseline_rows_per_s(mode, bodies_file, args.window)
                         runs.setdefault((mode, rows), []).append(result["rows_per_s"])
                         cpu.setdefault((mode, rows), []).append(result["cpu_seconds"])
@@ -271,7 +272,8 @@ async def main_async(args: argparse.Namespace) -> None:
     finally:
         sim.stop()
     print(
-        f"confirm window {args.window} (crawld: {args.batches} batches in flight), "
+        f"confirm window {args.window} (crawld: {args.crawld_window or args.window} in "
+        f"{args.batches} batches in flight), "
         f"medians of {args.rounds} interleaved rounds; CPU is seconds per run (whole process)"
     )
     labels = {
@@ -310,6 +312,12 @@ def main() -> None:
     parser.add_argument("--rows", default="10000,100000", help="comma-separated row counts")
     parser.add_argument("--window", type=int, default=500)
     parser.add_argument("--batches", type=int, default=2, help="crawld's batches_in_flight")
+    parser.add_argument(
+        "--crawld-window",
+        type=int,
+        default=0,
+        help="crawld's confirm_window if not --window (e.g. 1000 = two 500-windows in flight)",
+    )
     parser.add_argument("--baselines", default="aiormq,pamqp")
     parser.add_argument("--kinds", default="amqp,embedded")
     parser.add_argument("--tasks", type=int, default=100)

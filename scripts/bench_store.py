@@ -10,6 +10,13 @@ in its own process that imports nothing from `daemon` (checked), same schema, pr
 - per write: the same loop committing each write alone, the simplest correct code; compared with
   `store.write` awaited from one task, one write at a time (the latency an acknowledgement pays).
 
+Two reference lines explain the figures, also in processes of their own without `daemon`:
+
+- inline: the same 100 trio tasks with each group run on the trio thread (savepoints, no writer
+  thread). It blocks the loop, so it is not a valid design, but it is the ceiling for any store
+  that wakes one trio task per write: trio's own cost per task step is in it.
+- idle ticker: the stall figure of a trio loop doing nothing else, the machine's own noise.
+
 While the store runs, a ticker task wakes every 1 ms and records how late it woke: the longest
 stall of the trio loop (goal: never > 5 ms). Rounds are interleaved, figures are medians.
 
@@ -69,6 +76,75 @@ def baseline_each(path: Path, writes: int, tasks: int, synchronous: str) -> dict
     return {"rate": writes / elapsed}
 
 
+def inline_trio(path: Path, writes: int, tasks: int, synchronous: str) -> dict[str, Any]:
+    import trio
+
+    conn = _plain_connection(path, synchronous)
+    run = conn.cursor().execute
+    waiting: list[tuple[Any, trio.lowlevel.Task]] = []
+    ready = trio.Event()
+
+    def abort(raise_cancel: Any) -> trio.lowlevel.Abort:
+        return trio.lowlevel.Abort.FAILED
+
+    async def committer() -> None:
+        nonlocal ready
+        while True:
+            if not waiting:
+                await ready.wait()
+                ready = trio.Event()
+                continue
+            batch = waiting[:GROUP]
+            del waiting[:GROUP]
+            run("BEGIN")
+            for fn, _ in batch:
+                run("SAVEPOINT job")
+                fn(conn)
+                run("RELEASE job")
+            run("COMMIT")
+            for _, task in batch:
+                trio.lowlevel.reschedule(task)
+            await trio.lowlevel.checkpoint()
+
+    async def writer(task: int, count: int) -> None:
+        for _ in range(count):
+            waiting.append(
+                (lambda c: c.execute(INSERT, (task, BODY)), trio.lowlevel.current_task())
+            )
+            ready.set()
+            await trio.lowlevel.wait_task_rescheduled(abort)
+
+    async def main() -> float:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(committer)
+            start = time.perf_counter()
+            async with trio.open_nursery() as writers:
+                for t in range(tasks):
+                    writers.start_soon(writer, t, writes // tasks)
+            elapsed = time.perf_counter() - start
+            nursery.cancel_scope.cancel()
+        return elapsed
+
+    elapsed = trio.run(main)
+    conn.close()
+    return {"rate": writes // tasks * tasks / elapsed}
+
+
+def idle_ticker(path: Path, writes: int, tasks: int, synchronous: str) -> dict[str, Any]:
+    import trio
+
+    async def main() -> float:
+        longest = 0.0
+        end = time.perf_counter() + 0.3
+        while time.perf_counter() < end:
+            due = time.perf_counter() + 0.001
+            await trio.sleep(0.001)
+            longest = max(longest, time.perf_counter() - due)
+        return longest
+
+    return {"stall_ms": trio.run(main) * 1000}
+
+
 def store_run(path: Path, writes: int, tasks: int, synchronous: str) -> dict[str, Any]:
     import trio
 
@@ -116,12 +192,14 @@ ROLES = {
     "grouped": baseline_grouped,
     "each": baseline_each,
     "store": store_run,
+    "inline": inline_trio,
+    "idle": idle_ticker,
     "store-sequential": lambda path, writes, tasks, sync: store_run(path, writes, 1, sync),
 }
 
 
 def child(role: str, path: Path, writes: int, tasks: int, synchronous: str) -> None:
-    if role in ("grouped", "each"):
+    if not role.startswith("store"):
         loaded = [m for m in sys.modules if m == "daemon" or m.startswith("daemon.")]
         assert not loaded, f"the baseline process imported {loaded}"
     print(json.dumps(ROLES[role](path, writes, tasks, synchronous)))
@@ -160,6 +238,8 @@ def main() -> None:
         ("store", args.writes, args.tasks),
         ("each", args.sequential_writes, 1),
         ("store-sequential", args.sequential_writes, 1),
+        ("inline", args.writes, args.tasks),
+        ("idle", 0, 0),
     ]
     results: dict[tuple[str, str], list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
@@ -172,25 +252,42 @@ def main() -> None:
             print(f"round {round_no + 1}/{args.rounds} done", file=sys.stderr)
 
     def median(role: str, mode: str, key: str = "rate") -> float:
-        return statistics.median(r[key] for r in results[(role, mode)])
+        return float(statistics.median(r[key] for r in results[(role, mode)]))
 
-    print(f"writes: {args.writes} from {args.tasks} tasks, {args.sequential_writes} sequential; "
-          f"medians of {args.rounds} interleaved rounds, each run in its own process")  # fmt: skip
+    def worst_stall(mode: str, *roles: str) -> float:
+        return max(r["stall_ms"] for role in roles for r in results[(role, mode)])
+
+    def line(label: str, rate: float, note: str = "") -> None:
+        print(f"  {label:<46} {rate:10.0f} writes/s  {note}")
+
+    print(
+        f"writes: {args.writes} from {args.tasks} tasks, {args.sequential_writes} sequential; "
+        f"medians of {args.rounds} interleaved rounds, each run in its own process"
+    )
     for mode in modes:
         grouped, ours = median("grouped", mode), median("store", mode)
         each, sequential = median("each", mode), median("store-sequential", mode)
-        stall = max(r["stall_ms"] for r in results[("store", mode)] + results[
-            ("store-sequential", mode)])  # fmt: skip
+        inline = median("inline", mode)
         per_commit = median("store", mode, "writes_per_commit")
         print(f"synchronous={mode}")
-        print(f"  plain APSW, {GROUP} writes per commit (baseline): {grouped:10.0f} writes/s")
-        print(f"  store.write from {args.tasks} trio tasks:        {ours:10.0f} writes/s"
-              f"  {ours / grouped:.2f}x  ({per_commit:.0f} writes per commit)")  # fmt: skip
-        print(f"  plain APSW, commit per write (baseline):    {each:10.0f} writes/s"
-              f"  ({1e6 / each:.0f} us per write)")  # fmt: skip
-        print(f"  store.write from 1 task, one at a time:     {sequential:10.0f} writes/s"
-              f"  {sequential / each:.2f}x  ({1e6 / sequential:.0f} us per write)")  # fmt: skip
-        print(f"  longest trio loop stall (1 ms ticker, all store runs): {stall:.2f} ms")
+        line(f"plain APSW, {GROUP} writes per commit (baseline)", grouped)
+        line(
+            f"store.write from {args.tasks} trio tasks",
+            ours,
+            f"{ours / grouped:.2f}x  ({per_commit:.0f} writes per commit)",
+        )
+        line("inline on the trio thread (reference)", inline, f"{inline / grouped:.2f}x")
+        line("plain APSW, commit per write (baseline)", each, f"({1e6 / each:.0f} us per write)")
+        line(
+            "store.write from 1 task, one at a time",
+            sequential,
+            f"{sequential / each:.2f}x  ({1e6 / sequential:.0f} us per write)",
+        )
+        print(
+            f"  longest trio loop stall (1 ms ticker, store runs): "
+            f"{worst_stall(mode, 'store', 'store-sequential'):.2f} ms; "
+            f"idle loop on this machine: {worst_stall(mode, 'idle'):.2f} ms"
+        )
 
 
 if __name__ == "__main__":

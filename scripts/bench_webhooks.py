@@ -1,54 +1,44 @@
-"""Webhook events delivered in order per second, next to a plain httpx POST loop.
+"""Webhook events delivered in order per second, next to a plain httpx keep-alive POST loop.
 
-Both send to the same receiver (`python -m daemon.fakes.receiver`, a separate process, so its
-CPU is not ours) and the receiver checks the per-job order of everything that arrives.
+Everything sends to the same receiver (`python -m daemon.fakes.receiver`, a separate process, so
+its CPU is not ours), which checks the per-job order of everything that arrives.
 
-- 1 job: crawld's drainer (durable outbox, then memory-only mode) against a plain loop that
-  POSTs the same event bodies one after the other.
-- N jobs: that many drainers at once under `per_host_concurrency` (all go to one host), against
-  as many plain loops as that cap allows.
-- The extra cost per event of the durable outbox: the producer's `page()` (a store transaction
-  vs a memory queue) and the delivery (an ack transaction per event vs none).
+- Baseline: a plain httpx keep-alive POST loop (trio + httpx.AsyncClient, the stack crawld uses)
+  sending bodies of the same shape and size. It runs in its OWN process that imports nothing from
+  `daemon` (checked), started fresh for every round; only its send loop is timed.
+- crawld: JobManager drainers with the durable outbox (jobs.store = true) and memory-only
+  (jobs.store = false), signing with a whsec_ secret, the SSRF guard on, as in production.
+- Two URL forms: an IP literal (http://127.0.0.1:PORT/hook) and a host name
+  (http://localhost:PORT/hook, resolved by the SSRF guard, allow_cidrs = 127.0.0.0/8).
+- Two shapes: 1 job of --events events; --jobs jobs x --per-job events under
+  per_host_concurrency (the baseline runs that many loops at once).
 
-Events are produced first, then the drainers start, so delivery is timed alone.
+Events are produced first, then the drainers start, so delivery is timed alone. Rounds
+interleave every variant; medians are reported with ratios to the baseline of the same shape
+and URL form.
 
 Usage: .venv/bin/python scripts/bench_webhooks.py [--events N] [--jobs N] [--per-job N]
-       [--per-host N] [--rounds N] [--receiver HOST:PORT]
+       [--per-host N] [--rounds N]
+On a shared machine, run it while nothing else heavy runs (e.g. under a `flock`).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-
-import httpx
-import msgspec
-import trio
-
-from daemon.config import Duration, JobsConfig, WebhooksConfig, WebhookSpec
-from daemon.jobs.events import build_body, encode_body
-from daemon.jobs.manager import JobManager
-from daemon.outbox import Outbox
-from daemon.store import open_store
+from typing import Any
 
 ROW = {"标题": "x" * 120, "链接": "https://example.com/item/123456", "发布时间": "2026-01-01 10:00"}
 SECRET_ENV = "CRAWLD_BENCH_WEBHOOK_SECRET"
-
-
-class Run(msgspec.Struct):
-    events: int
-    produce_s: float
-    deliver_s: float
-
-    @property
-    def rate(self) -> float:
-        return self.events / self.deliver_s
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
 def free_port() -> int:
@@ -57,25 +47,81 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def receiver_call(client: httpx.AsyncClient, base: str, path: str) -> dict:
-    method = "GET" if path == "summary" else "POST"
-    response = await client.request(method, f"{base}/_receiver/{path}")
-    response.raise_for_status()
-    result: dict = response.json()
-    return result
+# -- the baseline (own process, nothing from daemon) ----------------------------------------------
 
 
-async def check_receiver(client: httpx.AsyncClient, base: str, expected: int) -> None:
-    summary = await receiver_call(client, base, "summary")
-    if summary["violations"] or summary["delivered"] != expected:
-        raise SystemExit(
-            f"receiver saw problems: delivered {summary['delivered']} of {expected}, "
-            f"violations {summary['violations'][:3]}"
-        )
-    await receiver_call(client, base, "reset")
+def baseline_process(url: str, jobs: int, per_job: int, concurrency: int) -> dict[str, Any]:
+    import httpx
+    import trio
+
+    loaded = sorted(m for m in sys.modules if m == "daemon" or m.startswith("daemon."))
+    assert not loaded, f"the baseline must not import crawld: {loaded}"
+
+    def body(job: int, seq: int) -> bytes:
+        # The shape and size of crawld's page event (compact JSON, same keys).
+        event = {
+            "success": True,
+            "type": "crawl.page",
+            "id": f"plain-{job:08d}-0000-0000-0000-000000000000",
+            "webhookId": f"w{job:07d}-{seq:04d}-0000-0000-000000000000",
+            "eventId": f"plain-{job:08d}-0000-0000-0000-000000000000:{seq}",
+            "seq": seq,
+            "data": [ROW],
+            "metadata": {},
+        }
+        return json.dumps(event, ensure_ascii=False, separators=(",", ":")).encode()
+
+    bodies = [[body(j, s) for s in range(1, per_job + 1)] for j in range(jobs)]
+    headers = {"Content-Type": "application/json"}
+
+    async def run() -> float:
+        queue = list(reversed(range(jobs)))
+        async with httpx.AsyncClient(
+            trust_env=False, limits=httpx.Limits(max_connections=concurrency)
+        ) as client:
+
+            async def worker() -> None:
+                while queue:
+                    for content in bodies[queue.pop()]:
+                        response = await client.post(url, content=content, headers=headers)
+                        response.raise_for_status()
+
+            start = time.perf_counter()
+            async with trio.open_nursery() as nursery:
+                for _ in range(min(concurrency, jobs)):
+                    nursery.start_soon(worker)
+            return time.perf_counter() - start
+
+    elapsed = trio.run(run)
+    return {"events": jobs * per_job, "seconds": elapsed}
 
 
-async def crawld(url: str, jobs: int, per_job: int, per_host: int, durable: bool) -> Run:
+def run_baseline(url: str, jobs: int, per_job: int, concurrency: int) -> float:
+    """Events/s of the baseline, measured in a fresh process."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--baseline", url, str(jobs), str(per_job), str(concurrency)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    result = json.loads(out.strip().splitlines()[-1])
+    return float(result["events"] / result["seconds"])
+
+
+# -- crawld --------------------------------------------------------------------------------------
+
+
+async def run_crawld(
+    url: str, jobs: int, per_job: int, per_host: int, durable: bool
+) -> tuple[float, float]:
+    """(events/s delivered, producer seconds per event) of crawld's drainers."""
+    import trio
+
+    from daemon.config import Duration, JobsConfig, WebhooksConfig, WebhookSpec
+    from daemon.jobs.manager import JobManager
+    from daemon.outbox import Outbox
+    from daemon.store import open_store
+
     webhooks = WebhooksConfig(
         secret_env=SECRET_ENV,
         timeout=Duration(10),
@@ -101,136 +147,125 @@ async def crawld(url: str, jobs: int, per_job: int, per_host: int, durable: bool
                     await manager.wait_drained(job)
                 nursery.cancel_scope.cancel()
             delivered = time.perf_counter()
-    return Run(jobs * per_job, produced - start, delivered - produced)
+    events = jobs * per_job
+    return events / (delivered - produced), (produced - start) / events
 
 
-async def plain_loop(url: str, jobs: int, per_job: int, concurrency: int) -> Run:
-    bodies = [
-        [
-            encode_body(
-                build_body(
-                    kind="crawl",
-                    name="page",
-                    job_id=f"plain-{j}",
-                    seq=seq,
-                    webhook_id=f"w-{j}-{seq}",
-                    data=[ROW],
-                )
-            )
-            for seq in range(1, per_job + 1)
-        ]
-        for j in range(jobs)
-    ]
-    headers = {"Content-Type": "application/json"}
-    queue = list(reversed(range(jobs)))
-    async with httpx.AsyncClient(
-        trust_env=False, limits=httpx.Limits(max_connections=concurrency)
-    ) as client:
+async def receiver_call(base: str, path: str) -> dict[str, Any]:
+    import httpx
 
-        async def worker() -> None:
-            while queue:
-                for body in bodies[queue.pop()]:
-                    (await client.post(url, content=body, headers=headers)).raise_for_status()
-
-        start = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for _ in range(min(concurrency, jobs)):
-                nursery.start_soon(worker)
-        elapsed = time.perf_counter() - start
-    return Run(jobs * per_job, 0.0, elapsed)
+    async with httpx.AsyncClient(trust_env=False) as client:
+        method = "GET" if path == "summary" else "POST"
+        response = await client.request(method, f"{base}/_receiver/{path}")
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result
 
 
-def median(runs: list[Run]) -> Run:
-    ordered = sorted(runs, key=lambda r: r.deliver_s)
-    return ordered[len(ordered) // 2]
-
-
-async def bench(args: argparse.Namespace, base: str) -> None:
-    url = f"{base}/hook"
-    async with httpx.AsyncClient(trust_env=False) as control:
-        with trio.fail_after(30):
-            while True:
-                try:
-                    await receiver_call(control, base, "summary")
-                    break
-                except httpx.HTTPError:
-                    await trio.sleep(0.05)
-        await receiver_call(control, base, "reset")
-
-        async def measure(name: str, jobs: int, per_job: int, cap: int) -> Run:
-            if name == "plain":
-                run = await plain_loop(url, jobs, per_job, cap)
-            else:
-                run = await crawld(url, jobs, per_job, args.per_host, name == "durable")
-            await check_receiver(control, base, jobs * per_job)
-            return run
-
-        await measure("plain", 1, 200, 1)  # warm-up: connections, imports, caches
-        await measure("durable", 1, 200, 1)
-        runs: dict[str, list[Run]] = {}
-        scenarios = [("one", 1, args.events, 1), ("many", args.jobs, args.per_job, args.per_host)]
-        # Rounds interleave the variants, and medians are reported: this box may be shared.
-        for _ in range(args.rounds):
-            for scenario, jobs, per_job, cap in scenarios:
-                for name in ("plain", "durable", "memory"):
-                    run = await measure(name, jobs, per_job, cap)
-                    runs.setdefault(f"{scenario}-{name}", []).append(run)
-    results = {key: median(value) for key, value in runs.items()}
-
-    def line(label: str, run: Run, baseline: Run | None) -> str:
-        ratio = f"{run.rate / baseline.rate:5.2f}" if baseline else "    -"
-        return f"  {label:<48} {run.events:>6} events {run.rate:7.0f} /s  ratio {ratio}"
-
-    print(f"receiver: python -m daemon.fakes.receiver at {base} (separate process)")
-    print(f"medians of {args.rounds} interleaved rounds")
-    print(f"1 job, {args.events} events in order:")
-    one_plain = results["one-plain"]
-    print(line("plain httpx POST loop (baseline)", one_plain, None))
-    print(line("crawld drainer, durable outbox", results["one-durable"], one_plain))
-    print(line("crawld drainer, memory only (jobs.store=false)", results["one-memory"], one_plain))
-    many_plain = results["many-plain"]
-    print(f"{args.jobs} jobs x {args.per_job} events, per_host_concurrency={args.per_host}:")
-    print(line(f"{args.per_host} concurrent plain httpx POST loops (baseline)", many_plain, None))
-    print(line(f"{args.jobs} crawld drainers, durable outbox", results["many-durable"], many_plain))
-    print(line(f"{args.jobs} crawld drainers, memory only", results["many-memory"], many_plain))
-    print("durable outbox vs memory only, per event:")
-    for scenario in ("one", "many"):
-        durable, memory = results[f"{scenario}-durable"], results[f"{scenario}-memory"]
-        produce = (durable.produce_s - memory.produce_s) / durable.events * 1e6
-        deliver = (durable.deliver_s - memory.deliver_s) / durable.events * 1e6
-        label = "1 job" if scenario == "one" else f"{args.jobs} jobs"
-        print(
-            f"  {label:<8} producer page() {durable.produce_s / durable.events * 1e6:5.0f} us vs "
-            f"{memory.produce_s / memory.events * 1e6:5.0f} us ({produce:+.0f} us); "
-            f"delivery {deliver:+.0f} us per event"
+async def check_receiver(base: str, expected: int) -> None:
+    summary = await receiver_call(base, "summary")
+    if summary["violations"] or summary["delivered"] != expected:
+        raise SystemExit(
+            f"receiver saw problems: delivered {summary['delivered']} of {expected}, "
+            f"violations {summary['violations'][:3]}"
         )
+    await receiver_call(base, "reset")
+
+
+async def bench(args: argparse.Namespace, port: int) -> None:
+    import trio
+
+    base = f"http://127.0.0.1:{port}"
+    with trio.fail_after(30):
+        while True:
+            try:
+                await receiver_call(base, "reset")
+                break
+            except Exception:  # httpx errors while the receiver starts
+                await trio.sleep(0.05)
+    urls = {"ip": f"http://127.0.0.1:{port}/hook", "name": f"http://localhost:{port}/hook"}
+    shapes = {"one": (1, args.events, 1), "many": (args.jobs, args.per_job, args.per_host)}
+    rates: dict[str, list[float]] = {}
+    produce: dict[str, list[float]] = {}
+
+    async def measure(key: str, variant: str, url: str, shape: tuple[int, int, int]) -> None:
+        jobs, per_job, cap = shape
+        if variant == "plain":
+            rate = await trio.to_thread.run_sync(run_baseline, url, jobs, per_job, cap)
+        else:
+            durable = variant == "durable"
+            rate, per_event = await run_crawld(url, jobs, per_job, args.per_host, durable)
+            produce.setdefault(key, []).append(per_event)
+        await check_receiver(base, jobs * per_job)
+        rates.setdefault(key, []).append(rate)
+
+    # Warm-up (imports, connections, page cache); not counted.
+    await measure("warm-plain", "plain", urls["ip"], (1, 200, 1))
+    await measure("warm-durable", "durable", urls["ip"], (1, 200, 1))
+    for _ in range(args.rounds):
+        for shape_name, shape in shapes.items():
+            for url_name, url in urls.items():
+                for variant in ("plain", "durable", "memory"):
+                    await measure(f"{shape_name}-{url_name}-{variant}", variant, url, shape)
+
+    med = {key: statistics.median(values) for key, values in rates.items()}
+    print(f"receiver: python -m daemon.fakes.receiver on 127.0.0.1:{port} (separate process)")
+    print(f"medians of {args.rounds} interleaved rounds; baseline = plain httpx keep-alive POST")
+    print("loop in its own process (imports nothing from daemon)")
+    for shape_name, (jobs, per_job, cap) in shapes.items():
+        title = (
+            f"1 job x {per_job} events"
+            if jobs == 1
+            else f"{jobs} jobs x {per_job} events, per_host_concurrency={cap}"
+        )
+        print(title + ":")
+        for url_name, url in urls.items():
+            plain = med[f"{shape_name}-{url_name}-plain"]
+            print(f"  {url}")
+            print(f"    {'plain httpx loop (baseline)':<36} {plain:8.0f} events/s")
+            for variant, label in VARIANTS:
+                rate = med[f"{shape_name}-{url_name}-{variant}"]
+                print(f"    {label:<36} {rate:8.0f} events/s  ratio {rate / plain:5.2f}")
+    print("spread (min-max events/s over rounds):")
+    for key in sorted(rates):
+        if not key.startswith("warm"):
+            print(f"  {key:<22} {min(rates[key]):8.0f} - {max(rates[key]):8.0f}")
+    print("producer page() per event (durable vs memory):")
+    for shape_name in shapes:
+        d = statistics.median(produce[f"{shape_name}-ip-durable"]) * 1e6
+        m = statistics.median(produce[f"{shape_name}-ip-memory"]) * 1e6
+        print(f"  {shape_name:<5} {d:6.0f} us vs {m:6.0f} us")
+
+
+VARIANTS = (("durable", "crawld, durable outbox"), ("memory", "crawld, memory only"))
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--baseline"]:
+        url, jobs, per_job, concurrency = sys.argv[2], *map(int, sys.argv[3:6])
+        print(json.dumps(baseline_process(url, jobs, per_job, concurrency)))
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1000, help="events of the single job")
     parser.add_argument("--jobs", type=int, default=100, help="concurrent jobs")
     parser.add_argument("--per-job", type=int, default=20, help="events per concurrent job")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (medians)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (medians)")
     parser.add_argument("--per-host", type=int, default=8, help="per_host_concurrency")
-    parser.add_argument("--receiver", help="use a receiver already running at HOST:PORT")
     args = parser.parse_args()
-    os.environ.setdefault(SECRET_ENV, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
-    proc = None
-    bind = args.receiver
-    if bind is None:
-        bind = f"127.0.0.1:{free_port()}"
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "daemon.fakes.receiver", "--bind", bind],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+    os.environ.setdefault(SECRET_ENV, SECRET)
+    import trio
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "daemon.fakes.receiver", "--bind", f"127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
-        trio.run(bench, args, f"http://{bind}")
+        trio.run(bench, args, port)
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=10)
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 if __name__ == "__main__":

@@ -174,8 +174,10 @@ _FIXED = re.compile(
 )
 _FIXED_FORMAT = re.compile(r"%Y([-/])%m\1%d(?:([ T])%H:%M(:%S)?)?")
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
-_OFFSETS: dict[tuple[tzinfo, int, int, int, int], int] = {}
-_OFFSETS_MAX = 4096
+_HOURS: dict[tuple[tzinfo, str], int | None] = {}
+_HOURS_MAX = 4096
+_VARIES = -1
+"""`_HOURS` value for an hour in which the zone's offset changes (each time is worked out)."""
 
 
 def _value_shape(m: re.Match[str]) -> tuple[str, str | None, bool]:
@@ -190,28 +192,46 @@ def _format_shape(fmt: str) -> tuple[str, str | None, bool] | None:
 
 
 def _fixed_ms(m: re.Match[str], zone: tzinfo) -> int | None:
-    """Epoch ms of a `_FIXED` match read in `zone`; None when a field is out of range."""
-    year, month, day = int(m[1]), int(m[3]), int(m[4])
-    hour, minute, second = int(m[6] or 0), int(m[7] or 0), int(m[8] or 0)
-    if hour > 23 or minute > 59 or second > 59:
+    """Epoch ms of a `_FIXED` match read in `zone`; None when a field is out of range. The
+    instant of each (zone, date, hour) is worked out once and cached."""
+    minute, second = int(m[7] or 0), int(m[8] or 0)
+    if minute > 59 or second > 59:
+        return None
+    key = (zone, f"{m[1]}{m[3]}{m[4]}{m[6]}")
+    try:
+        base = _HOURS[key]
+    except KeyError:
+        if len(_HOURS) >= _HOURS_MAX:
+            _HOURS.clear()
+        base = _HOURS[key] = _hour_start_ms(int(m[1]), int(m[3]), int(m[4]), int(m[6] or 0), zone)
+    if base is None:
+        return None
+    if base == _VARIES:
+        return _exact_ms(int(m[1]), int(m[3]), int(m[4]), int(m[6] or 0), minute, second, zone)
+    return base + minute * 60_000 + second * 1000
+
+
+def _hour_start_ms(year: int, month: int, day: int, hour: int, zone: tzinfo) -> int | None:
+    """Epoch ms of hour:00:00 on that local date; None when out of range, _VARIES when the
+    zone's offset is not the same for the whole hour."""
+    if hour > 23:
         return None
     try:
-        days = date(year, month, day).toordinal() - _EPOCH_ORDINAL
+        start = datetime(year, month, day, hour, tzinfo=zone)
     except ValueError:
         return None
+    if start.utcoffset() != datetime(year, month, day, hour, 59, 59, tzinfo=zone).utcoffset():
+        return _VARIES
+    return _exact_ms(year, month, day, hour, 0, 0, zone)
+
+
+def _exact_ms(
+    year: int, month: int, day: int, hour: int, minute: int, second: int, zone: tzinfo
+) -> int:
+    days = date(year, month, day).toordinal() - _EPOCH_ORDINAL
     local_s = ((days * 24 + hour) * 60 + minute) * 60 + second
-    key = (zone, year, month, day, hour)
-    offset = _OFFSETS.get(key)
-    if offset is None:
-        start = datetime(year, month, day, hour, tzinfo=zone).utcoffset()
-        end = datetime(year, month, day, hour, 59, 59, tzinfo=zone).utcoffset()
-        if start != end or start is None:  # the offset changes within this hour: no caching
-            exact = datetime(year, month, day, hour, minute, second, tzinfo=zone).utcoffset()
-            return local_s * 1000 - (exact or timedelta(0)) // timedelta(milliseconds=1)
-        if len(_OFFSETS) >= _OFFSETS_MAX:
-            _OFFSETS.clear()
-        offset = _OFFSETS[key] = start // timedelta(milliseconds=1)
-    return local_s * 1000 - offset
+    offset = datetime(year, month, day, hour, minute, second, tzinfo=zone).utcoffset()
+    return local_s * 1000 - (offset or timedelta(0)) // timedelta(milliseconds=1)
 
 
 def _from_epoch(number: float) -> int | None:

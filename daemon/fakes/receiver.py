@@ -421,7 +421,12 @@ class WebhookReceiver:
         if self.secret is not None:
             try:
                 verify(
-                    self.secret, body, request.headers, tolerance=self.tolerance, now=rec.arrived
+                    self.secret,
+                    body,
+                    request.headers,
+                    tolerance=self.tolerance,
+                    now=rec.arrived,
+                    require_timestamped=True,
                 )
             except WebhookVerificationError as exc:
                 rec.signature_error = str(exc)

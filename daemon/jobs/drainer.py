@@ -64,7 +64,8 @@ EVENTS = Counter(
 )
 ATTEMPTS = Counter(
     "crawld_webhook_attempts",
-    "Webhook HTTP attempts by result: 2xx, 3xx, 4xx, 5xx, timeout, connect, dns, network, blocked",
+    "Webhook HTTP attempts by result: 2xx, 3xx, 4xx, 5xx, timeout, connect, dns, network, "
+    "blocked, error (the request could not be built or sent)",
     ["result"],
     registry=REGISTRY,
 )
@@ -186,9 +187,9 @@ def _result_label(status: int | None, kind: str | None) -> str:
     return kind or "network"
 
 
-class _HostClient:
-    def __init__(self, client: httpx.AsyncClient, now: float) -> None:
-        self.client = client
+class _HostPool:
+    def __init__(self, transport: httpx.AsyncHTTPTransport, now: float) -> None:
+        self.transport = transport
         self.in_use = 0
         self.last_used = now
 
@@ -199,17 +200,18 @@ class Deliverer:
     def __init__(
         self,
         settings: DeliverySettings,
-        client: httpx.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self.settings = settings
-        self.client = client
-        """One client for every host (tests); None: a client per destination host."""
+        self.transport = transport
+        """One transport for every host (tests); None: a connection pool per destination host."""
         self.rng = rng or random.Random()
         self.outcomes: Tally[str] = Tally()
         self.vetting = ssrf.VettingCache()
         self._limiters: dict[str, trio.CapacityLimiter] = {}
-        self._clients: dict[str, _HostClient] = {}
+        self._clients: dict[str, _HostPool] = {}
+        self._client_added = trio.Event()
 
     def reconfigure(self, settings: DeliverySettings) -> None:
         self.settings = settings
@@ -235,21 +237,36 @@ class Deliverer:
             if held.in_use == 0 and now - held.last_used >= idle_s
         ]
         for key in idle:
-            await self._clients.pop(key).client.aclose()
+            await self._clients.pop(key).transport.aclose()
         return len(idle)
+
+    async def close_idle_clients(self, idle_s: float = CLIENT_IDLE_S) -> None:
+        """Run until cancelled: close each host's client once it has been idle for `idle_s`.
+        Sleeps without a deadline while there is no client (tests on trio's mock clock)."""
+        while True:
+            if not self._clients:
+                await self._client_added.wait()
+                self._client_added = trio.Event()
+                continue
+            now = trio.current_time()
+            await self.close_idle(now, idle_s)
+            if self._clients:
+                due = min(held.last_used for held in self._clients.values()) + idle_s
+                await trio.sleep_until(max(due, now + 1.0))
 
     async def aclose(self) -> None:
         """Close every host's client (shutdown)."""
         clients, self._clients = list(self._clients.values()), {}
         for held in clients:
             with trio.CancelScope(shield=True):
-                await held.client.aclose()
+                await held.transport.aclose()
 
-    def _acquire(self, host_key: str) -> _HostClient:
+    def _acquire(self, host_key: str) -> _HostPool:
         held = self._clients.get(host_key)
         if held is None:
-            client = ssrf.new_client(max_connections=max(1, self.settings.per_host))
-            held = self._clients[host_key] = _HostClient(client, trio.current_time())
+            pool = ssrf.new_transport(max_connections=max(1, self.settings.per_host))
+            held = self._clients[host_key] = _HostPool(pool, trio.current_time())
+            self._client_added.set()
         held.in_use += 1
         return held
 
@@ -271,7 +288,7 @@ class Deliverer:
             detail: str | None = None
             async with self.limiter(job.host_key):
                 started = time.perf_counter()
-                held = None if self.client is not None else self._acquire(job.host_key)
+                held = None if self.transport is not None else self._acquire(job.host_key)
                 try:
                     headers = signing.attempt_headers(
                         item.body,
@@ -283,7 +300,7 @@ class Deliverer:
                         user_headers=webhook.headers,
                     )
                     answer = await ssrf.send_vetted(
-                        self.client or held.client,  # type: ignore[union-attr]
+                        self.transport or held.transport,  # type: ignore[union-attr]
                         webhook.url,
                         item.body,
                         headers,
@@ -401,6 +418,7 @@ class JobDrainer:
                 if not await self._skip_disk(batch):
                     return
                 continue
+            last = batch[-1].seq
             for item in batch:
                 final = await self._send(item)
                 if final.outcome == "gone":
@@ -409,12 +427,11 @@ class JobDrainer:
                     break  # the cursor moved to the end: read again
                 error = self._error_for(item, final)
                 try:
-                    await self.outbox.ack(
-                        stream,
-                        item.seq,
-                        also=None
-                        if error is None
-                        else functools.partial(self._add_error, error=error),
+                    # The cursor alone per event; the batch's last ack deletes the batch.
+                    await self.store.write(
+                        functools.partial(
+                            self._ack_in_tx, seq=item.seq, prune=item.seq == last, error=error
+                        )
                     )
                 except apsw.Error as exc:
                     # Sent, but not recorded: it goes out once more after a restart, with the
@@ -550,6 +567,16 @@ class JobDrainer:
             "url": redact_url(self.job.webhook.url),
             "error": events.undelivered_error(eid, item.meta.get("type", "?"), final.reason),
         }
+
+    def _ack_in_tx(
+        self, conn: apsw.Connection, seq: int, prune: bool, error: dict[str, Any] | None
+    ) -> None:
+        if prune:
+            outbox_mod.ack(conn, self.job.stream, seq)
+        else:
+            outbox_mod.advance_cursor(conn, self.job.stream, seq)
+        if error is not None:
+            self._add_error(conn, error)
 
     def _add_error(self, conn: apsw.Connection, error: dict[str, Any]) -> None:
         jobstore.add_error(conn, self.job.id, at_ms=self.clock_ms(), **error)

@@ -40,7 +40,6 @@ from daemon.config import JobsConfig, WebhookFields, WebhooksConfig, WebhookSpec
 from daemon.jobs import events
 from daemon.jobs import store as jobstore
 from daemon.jobs.drainer import (
-    CLIENT_IDLE_S,
     EVENTS,
     Deliverer,
     DeliverySettings,
@@ -94,7 +93,7 @@ class JobManager:
         jobs: JobsConfig,
         webhooks: WebhooksConfig,
         *,
-        client: httpx.AsyncClient | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
         clock_ms: Any = now_ms,
         rng: random.Random | None = None,
     ) -> None:
@@ -102,7 +101,7 @@ class JobManager:
         self.outbox = outbox
         self.jobs_cfg = jobs
         self.clock_ms = clock_ms
-        self.deliverer = Deliverer(DeliverySettings.from_config(webhooks), client, rng)
+        self.deliverer = Deliverer(DeliverySettings.from_config(webhooks), transport, rng)
         self._active: dict[str, JobState] = {}
         self._unsaved: dict[str, _UnsavedFinish] = {}
         self._nursery: trio.Nursery | None = None
@@ -377,9 +376,7 @@ class JobManager:
                 for job in list(self._active.values()):
                     self._spawn(job)
                 task_status.started()
-                while True:
-                    await trio.sleep(CLIENT_IDLE_S / 2)
-                    await self.deliverer.close_idle(trio.current_time())
+                await self.deliverer.close_idle_clients()
 
     def _stopped(self) -> None:
         self._nursery = None

@@ -27,10 +27,14 @@
 # delays noticing that a name now points elsewhere by at most the TTL. Failures are not cached.
 from __future__ import annotations
 
+import base64
+import functools
 import http.cookiejar
 import ipaddress
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import httpx
 import msgspec
@@ -40,6 +44,7 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 MAX_RESPONSE_BODY = 4096
+_REENCODED = frozenset({"content-encoding", "content-length", "transfer-encoding"})
 
 _V4_BLOCKED: tuple[tuple[str, str], ...] = (
     ("0.0.0.0/8", "unspecified"),
@@ -279,6 +284,37 @@ def pinned_request(
     return request
 
 
+@functools.lru_cache(maxsize=1024)
+def _pinned_target(url: str, ip: str) -> tuple[httpx.URL, str, str | None]:
+    """(URL aimed at `ip`, Host header, Basic auth header from the URL's credentials or None);
+    parsing a URL costs more than the rest of a request, and a drainer sends to one URL."""
+    original = httpx.URL(url)
+    auth = None
+    if original.username or original.password:
+        token = base64.b64encode(f"{original.username}:{original.password}".encode()).decode()
+        auth = f"Basic {token}"
+    return original.copy_with(host=ip), original.netloc.decode("ascii"), auth
+
+
+def pinned_post(
+    url: str | httpx.URL, vetted: Vetted, body: bytes, headers: Mapping[str, str], timeout: float
+) -> httpx.Request:
+    """A POST of `body` to `vetted.ip`, keeping the URL's Host header and TLS SNI, built for a
+    transport (no client: no cookies, no default headers). Credentials in the URL become Basic
+    auth unless `headers` has an Authorization, as httpx's client would do."""
+    target, host, auth = _pinned_target(str(url), vetted.ip)
+    merged = {k: v for k, v in headers.items() if k.lower() != "host"}
+    merged["Host"] = host
+    if auth is not None and not any(k.lower() == "authorization" for k in merged):
+        merged["Authorization"] = auth
+    extensions: dict[str, Any] = {
+        "timeout": {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
+    }
+    if vetted.scheme == "https":
+        extensions["sni_hostname"] = vetted.host
+    return httpx.Request("POST", target, content=body, headers=merged, extensions=extensions)
+
+
 class Answer(msgspec.Struct, frozen=True):
     """What the drainer needs from one answer: status, Retry-After, the start of the body."""
 
@@ -290,7 +326,7 @@ class Answer(msgspec.Struct, frozen=True):
 
 
 async def send_vetted(
-    client: httpx.AsyncClient,
+    transport: httpx.AsyncBaseTransport,
     url: str,
     body: bytes,
     headers: Mapping[str, str],
@@ -301,8 +337,9 @@ async def send_vetted(
     cache: VettingCache | None = None,
     now: float = 0.0,
 ) -> Answer:
-    """Vet `url` (or take its address from `cache`, read at monotonic time `now`), POST `body`
-    to the vetted address, never follow redirects.
+    """Vet `url` (or take its address from `cache`, read at monotonic time `now`) and POST
+    `body` to the vetted address through `transport` (see `new_transport`): no redirects, no
+    cookies, no client layers, one request per call.
 
     The whole attempt (resolution included) is bounded by `timeout` seconds and raises
     httpx.TimeoutException past it. At most `max_body` raw bytes of the answer are read (a longer
@@ -316,24 +353,20 @@ async def send_vetted(
             vetted = await vet_url(url, allow)
             if cache is not None:
                 cache.put(url, allow, vetted, now)
-        request = pinned_request(client, url, vetted, body, headers, timeout)
-        response = await client.send(request, follow_redirects=False, stream=True)
+        request = pinned_post(url, vetted, body, headers, timeout)
+        response = await transport.handle_async_request(request)
+        stream = response.stream
+        assert isinstance(stream, httpx.AsyncByteStream)
         try:
-            if response.is_stream_consumed:  # a transport that read it already (tests' mocks)
-                content = response.content[:max_body]
-            else:
-                content = b""
-                async for chunk in response.aiter_raw():
-                    content += chunk
-                    if len(content) >= max_body:
-                        break
+            content = b""
+            async for chunk in stream:
+                content += chunk
+                if len(content) >= max_body:
+                    break
         finally:
-            await response.aclose()
+            await stream.aclose()
         return Answer(
-            response.status_code,
-            response.headers.get("retry-after"),
-            content[:max_body],
-            vetted.ip,
+            response.status_code, response.headers.get("retry-after"), content[:max_body], vetted.ip
         )
     raise httpx.TimeoutException(f"no answer within {timeout:g} s", request=request)
 
@@ -348,16 +381,31 @@ async def post_vetted(
     *,
     max_body: int = MAX_RESPONSE_BODY,
 ) -> httpx.Response:
-    """`send_vetted` for callers that want an httpx.Response: it holds at most `max_body` bytes
-    of the (still encoded) body, and `extensions["vetted_ip"]` says where the request went."""
-    answer = await send_vetted(client, str(url), body, headers, allow, timeout, max_body=max_body)
-    headers_out = {} if answer.retry_after is None else {"retry-after": answer.retry_after}
-    return httpx.Response(
-        answer.status,
-        headers=headers_out,
-        content=answer.body,
-        extensions={"vetted_ip": answer.ip},
-    )
+    """Like `send_vetted`, through an httpx.AsyncClient (e.g. one from `new_client`), returning
+    an httpx.Response holding at most `max_body` bytes of the body, with
+    `extensions["vetted_ip"]` saying where the request went."""
+    request: httpx.Request | None = None
+    with trio.move_on_after(timeout):
+        vetted = await vet_url(url, allow)
+        request = pinned_request(client, url, vetted, body, headers, timeout)
+        response = await client.send(request, follow_redirects=False, stream=True)
+        try:
+            content = bytearray()
+            async for chunk in response.aiter_bytes():
+                content += chunk
+                if len(content) >= max_body:
+                    break
+        finally:
+            await response.aclose()
+        kept = [(k, v) for k, v in response.headers.multi_items() if k not in _REENCODED]
+        return httpx.Response(
+            response.status_code,
+            headers=kept,
+            content=bytes(content[:max_body]),
+            request=request,
+            extensions={"vetted_ip": vetted.ip},
+        )
+    raise httpx.TimeoutException(f"no answer within {timeout:g} s", request=request)
 
 
 def error_kind(exc: BaseException) -> str:
@@ -386,4 +434,18 @@ def new_client(
             max_connections=max_connections, max_keepalive_connections=max_keepalive
         ),
         cookies=http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
+    )
+
+
+def new_transport(
+    *, max_connections: int = 100, verify: ssl.SSLContext | bool = True
+) -> httpx.AsyncHTTPTransport:
+    """A connection pool for `send_vetted`: no proxies from the environment (a proxy would
+    connect on our behalf, unchecked); close it with `aclose()`."""
+    return httpx.AsyncHTTPTransport(
+        verify=verify,
+        trust_env=False,
+        limits=httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        ),
     )

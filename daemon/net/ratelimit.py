@@ -64,3 +64,83 @@ class RateLimiter:
             await trio.sleep(slot.wait)
         else:
             await trio.lowlevel.checkpoint()
+
+
+# ---- exact windows ----------------------------------------------------------------------------
+#
+# "N requests per T" as a GCRA limit with rate N/T and burst N (the go-redis/redis_rate reading the
+# Bilibili reference uses). Floats at epoch-millisecond magnitudes round at each TAT step, and a
+# peer enforcing the same limit (the simulator) must reach the same decisions, so these keep the
+# TAT as an integer in units of 1/N ms: every step is exact.
+
+
+class Window(msgspec.Struct, frozen=True):
+    requests: int
+    per_ms: int
+
+    def __post_init__(self) -> None:
+        if self.requests < 1 or self.per_ms < 1:
+            raise ValueError("a window needs requests >= 1 and per_ms >= 1")
+
+    def scaled(self, ms: int) -> int:
+        """An instant in this window's TAT units."""
+        return ms * self.requests
+
+    def to_ms(self, tat: int) -> int:
+        """A TAT as epoch ms, rounded up (a stored limit is never looser)."""
+        return -(-tat // self.requests)
+
+
+def _slack(window: Window, margin_ms: int) -> int:
+    """`margin_ms` in TAT units, at most the burst less one request (a burst of 1 has none)."""
+    return min(margin_ms * window.requests, (window.requests - 1) * window.per_ms)
+
+
+def window_gcra(tat: int, now_ms: int, window: Window, margin_ms: int = 0) -> int | None:
+    """The window's new TAT if a request at `now_ms` conforms, else None.
+
+    With `margin_ms`, the request must also conform had it arrived that much later than an
+    earlier one: a peer enforcing the same window sees requests after a variable transit delay,
+    which can bring two of them closer together than they were sent."""
+    now = window.scaled(now_ms)
+    start = max(tat, now)
+    if start - (window.requests - 1) * window.per_ms + _slack(window, margin_ms) > now:
+        return None
+    return start + window.per_ms
+
+
+def reserve_all(
+    tats: list[int], now_ms: int, windows: list[Window], margin_ms: int = 0
+) -> list[int] | None:
+    """The new TATs if a request at `now_ms` conforms to every window, else None (nothing is
+    reserved: unlike a window-by-window check, a later denial never spends an earlier window)."""
+    if len(tats) != len(windows):
+        raise ValueError("one TAT per window")
+    reserved = []
+    for tat, window in zip(tats, windows, strict=True):
+        new = window_gcra(tat, now_ms, window, margin_ms)
+        if new is None:
+            return None
+        reserved.append(new)
+    return reserved
+
+
+def earliest_conforming(
+    tats: list[int], now_ms: int, windows: list[Window], margin_ms: int = 0
+) -> int:
+    """The first ms >= `now_ms` at which a request conforms to every window."""
+    at = now_ms
+    for tat, window in zip(tats, windows, strict=True):
+        allowed = (
+            max(tat, window.scaled(now_ms))
+            - (window.requests - 1) * window.per_ms
+            + _slack(window, margin_ms)
+        )
+        at = max(at, window.to_ms(allowed))
+    return at
+
+
+def conservative_tat(now_ms: int, window: Window) -> int:
+    """A TAT assuming the whole burst was just spent: after any conforming request the TAT is at
+    most now + per, so this is safe whatever happened before `now_ms`."""
+    return window.scaled(now_ms + window.per_ms)

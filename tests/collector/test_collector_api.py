@@ -149,6 +149,16 @@ async def test_start_errors(running: Running) -> None:
     assert bad.status_code == 422 and "task" in bad.json()["detail"]
     bad_hook = await http.post(running.url("/crawl/start"), json={"webhook": "ftp://x"})
     assert bad_hook.status_code == 422 and "webhook" in bad_hook.json()["detail"]
+    bad_header = await http.post(
+        running.url("/crawl/start"),
+        json={
+            "task_id": "alpha",
+            "webhook": {"url": "https://h/", "headers": {"X-A": "a\r\nB: c"}},
+        },
+    )
+    assert bad_header.status_code == 422, bad_header.text
+    assert "headers: the value of 'X-A' contains CR, LF" in bad_header.json()["detail"]
+    assert "$.webhook" in bad_header.json()["detail"]
     not_json = await http.post(
         running.url("/crawl/start"), content=b"{", headers={"Content-Type": "application/json"}
     )

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -53,3 +54,46 @@ async def start_manager(store: Store, outbox: Outbox, nursery: trio.Nursery) -> 
         return manager
 
     return start
+
+
+class FakeResolver(trio.abc.HostnameResolver):
+    """Answers from a table; a name outside it fails like NXDOMAIN."""
+
+    def __init__(self, table: dict[str, list[str]]) -> None:
+        self.table = table
+        self.asked: list[str] = []
+
+    async def getaddrinfo(self, host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        name = host.decode() if isinstance(host, bytes) else host
+        self.asked.append(name)
+        if name not in self.table:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [
+            (
+                socket.AF_INET6 if ":" in ip else socket.AF_INET,
+                socket.SOCK_STREAM,
+                socket.IPPROTO_TCP,
+                "",
+                (ip, port, 0, 0) if ":" in ip else (ip, port),
+            )
+            for ip in self.table[name]
+        ]
+
+    async def getnameinfo(self, sockaddr: Any, flags: int) -> Any:
+        raise NotImplementedError
+
+
+@pytest.fixture
+async def resolver() -> AsyncIterator[FakeResolver]:
+    fake = FakeResolver(
+        {
+            "hooks.test": ["127.0.0.1"],
+            "public.test": ["93.184.216.34"],
+            "mixed.test": ["10.0.0.7", "93.184.216.34"],
+            "rebind.test": ["127.0.0.1", "::1"],
+            "metadata.test": ["169.254.169.254"],
+        }
+    )
+    previous = trio.socket.set_custom_hostname_resolver(fake)
+    yield fake
+    trio.socket.set_custom_hostname_resolver(previous)

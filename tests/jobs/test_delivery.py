@@ -12,8 +12,8 @@ from daemon.fakes.receiver import WebhookReceiver
 from daemon.jobs import store as jobstore
 from daemon.jobs.manager import JobManager
 from daemon.outbox import Outbox
-from daemon.store import Store
-from tests.jobs.conftest import fast_webhooks
+from daemon.store import Store, one
+from tests.jobs.conftest import FakeResolver, fast_webhooks
 
 StartManager = Callable[..., Any]
 
@@ -24,7 +24,7 @@ async def drained(manager: JobManager, job_id: str, timeout: float = 20) -> None
 
 
 async def test_a_burst_of_1000_events_arrives_in_order_terminal_last(
-    rx: WebhookReceiver, start_manager: StartManager
+    rx: WebhookReceiver, start_manager: StartManager, store: Store
 ) -> None:
     m = await start_manager()
     job = await m.create_job("crawl", webhook=WebhookSpec(url=rx.url()), source={})
@@ -37,6 +37,9 @@ async def test_a_burst_of_1000_events_arrives_in_order_terminal_last(
     assert [r.seq for r in got] == list(range(1, 1001))
     assert got[-1].type == "crawl.completed"
     assert rx.duplicates == [] and rx.gaps(job) == []
+    # The cursor moves per event, rows are deleted per batch: none are left.
+    left = "SELECT count(*) FROM outbox_items WHERE stream = ?"
+    assert await store.read(lambda c: one(c, left, (jobstore.stream_name(job),))[0]) == 0
 
 
 async def test_many_jobs_drain_concurrently_within_the_per_host_cap(
@@ -89,13 +92,18 @@ async def test_500_then_200_resends_the_same_event_with_a_new_timestamp(
 
 
 async def test_a_receiver_slower_than_the_timeout_gets_the_event_again(
-    rx: WebhookReceiver, start_manager: StartManager
+    rx: WebhookReceiver, start_manager: StartManager, autojump_clock: trio.testing.MockClock
 ) -> None:
-    m = await start_manager()  # timeout 200 ms
-    rx.delay_next(1, 0.5)
+    # Virtual time: the first answer would come after an hour, the attempt gives up after 10 s.
+    # Nothing here waits on a thread while a request is in flight (the receiver runs in this
+    # loop), so the clock only jumps when both sides are really waiting for a timer.
+    m = await start_manager(
+        webhooks=fast_webhooks(timeout=Duration(10), retry_schedule=[Duration(1), Duration(1)])
+    )
+    rx.delay_next(1, 3600)
     job = await m.create_job("crawl", webhook=WebhookSpec(url=rx.url()), source={})
     await m.finish(job, "completed")
-    await drained(m, job)
+    await m.wait_drained(job)
     rx.check()
     assert [r.seq for r in rx.requests] == [1, 1, 2]
     assert rx.requests[0].webhook_id == rx.requests[1].webhook_id
@@ -198,8 +206,7 @@ async def run_one_event(
     # Store work runs in threads; let the clock jump only after 20 ms of real idleness.
     autojump_clock.autojump_threshold = 0.02
     webhooks = fast_webhooks(retry_schedule=[Duration(s) for s in schedule], timeout=Duration(10))
-    client = httpx.AsyncClient(transport=httpx.MockTransport(script))
-    m = JobManager(store, outbox, JobsConfig(), webhooks, client=client)
+    m = JobManager(store, outbox, JobsConfig(), webhooks, transport=httpx.MockTransport(script))
     async with trio.open_nursery() as nursery:
         await nursery.start(m.run)
         job = await m.create_job(
@@ -241,3 +248,39 @@ async def test_the_schedule_runs_out(
     for wait, planned in zip(script.waits, [5, 60, 300, 900, 3600], strict=True):
         assert 0.8 * planned <= wait <= 1.2 * planned
     assert error.error.endswith("gave up after 6 attempts; last: HTTP 503")
+
+
+async def test_each_destination_host_has_its_own_client_closed_when_idle(
+    rx: WebhookReceiver, store: Store, outbox: Outbox, resolver: FakeResolver
+) -> None:
+    resolver.table.update({"a.test": ["127.0.0.1"], "b.test": ["127.0.0.1"]})
+    m = JobManager(store, outbox, JobsConfig(), fast_webhooks(timeout=Duration(10)))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(m.run)
+        jobs = [
+            await m.create_job(
+                "crawl", webhook=WebhookSpec(url=f"http://{host}:{rx.port}/hook"), source={}
+            )
+            for host in ("a.test", "b.test", "a.test")
+        ]
+        for job in jobs:
+            await m.finish(job, "completed")
+        for job in jobs:
+            await drained(m, job)
+        clients = m.deliverer._clients
+        assert sorted(clients) == [f"http://a.test:{rx.port}", f"http://b.test:{rx.port}"]
+        first, second = (held.transport for held in clients.values())
+        assert first is not second  # one pool each: no connection or TLS session shared
+        now = trio.current_time()
+        assert await m.deliverer.close_idle(now) == 0  # just used
+        assert await m.deliverer.close_idle(now + 60) == 2
+        assert m.deliverer.host_clients == 0
+        job = await m.create_job("crawl", webhook=WebhookSpec(url=rx.url()), source={})
+        await m.finish(job, "completed")
+        await drained(m, job)
+        assert m.deliverer.host_clients == 1
+        nursery.cancel_scope.cancel()
+    assert m.deliverer.host_clients == 0  # closed at shutdown
+    rx.check()
+    hosts = sorted({r.headers["host"].split(":")[0] for r in rx.requests})
+    assert hosts == ["127.0.0.1", "a.test", "b.test"]

@@ -103,7 +103,10 @@ async def test_scripted_failures(receiver: WebhookReceiver, client: httpx.AsyncC
     assert receiver.violations == [] and receiver.duplicates == []
 
 
-async def test_delayed_answer(receiver: WebhookReceiver, client: httpx.AsyncClient) -> None:
+async def test_delayed_answer(
+    receiver: WebhookReceiver, client: httpx.AsyncClient, autojump_clock: trio.testing.MockClock
+) -> None:
+    # Virtual time (receiver and client share this loop): the delays are exact, not windows.
     receiver.delay_next(1, 0.05)
     start = trio.current_time()
     response = await client.post(receiver.url(), content=event("j", 1))
@@ -132,7 +135,10 @@ async def test_die_and_revive_on_the_same_port(
 
 
 async def test_die_drops_in_flight_requests(
-    receiver: WebhookReceiver, client: httpx.AsyncClient, nursery: trio.Nursery
+    receiver: WebhookReceiver,
+    client: httpx.AsyncClient,
+    nursery: trio.Nursery,
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
     receiver.delay_next(1, 10.0)
     failures: list[BaseException] = []
@@ -284,7 +290,10 @@ async def test_http_requests_query_is_validated(
     assert response.status_code == 400
 
 
-async def test_http_die_comes_back(receiver: WebhookReceiver, client: httpx.AsyncClient) -> None:
+async def test_http_die_comes_back(
+    receiver: WebhookReceiver, client: httpx.AsyncClient, autojump_clock: trio.testing.MockClock
+) -> None:
+    # Virtual time: the receiver cannot come back before the test has seen it dead.
     response = await client.post(receiver.url("/_receiver/die"), json={"seconds": 0.05})
     assert response.json() == {"dying": True, "seconds": 0.05}
     with trio.fail_after(2):

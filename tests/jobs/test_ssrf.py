@@ -3,13 +3,11 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
-import socket
 import ssl
 import subprocess
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -24,12 +22,15 @@ from daemon.jobs.ssrf import (
     error_kind,
     is_blocked,
     new_client,
+    new_transport,
     parse_networks,
+    pinned_post,
     pinned_request,
     post_vetted,
     send_vetted,
     vet_url,
 )
+from tests.jobs.conftest import FakeResolver
 
 LOOPBACK = parse_networks(["127.0.0.0/8"])
 
@@ -136,49 +137,6 @@ def test_public_addresses_pass(ip: str) -> None:
 )
 def test_allow_list(ip: str, allow: list[str], blocked: bool) -> None:
     assert (is_blocked(ip, parse_networks(allow)) is not None) is blocked
-
-
-class FakeResolver(trio.abc.HostnameResolver):
-    """Answers from a table; a name outside it fails like NXDOMAIN."""
-
-    def __init__(self, table: dict[str, list[str]]) -> None:
-        self.table = table
-        self.asked: list[str] = []
-
-    async def getaddrinfo(self, host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
-        name = host.decode() if isinstance(host, bytes) else host
-        self.asked.append(name)
-        if name not in self.table:
-            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-        return [
-            (
-                socket.AF_INET6 if ":" in ip else socket.AF_INET,
-                socket.SOCK_STREAM,
-                socket.IPPROTO_TCP,
-                "",
-                (ip, port, 0, 0) if ":" in ip else (ip, port),
-            )
-            for ip in self.table[name]
-        ]
-
-    async def getnameinfo(self, sockaddr: Any, flags: int) -> Any:
-        raise NotImplementedError
-
-
-@pytest.fixture
-async def resolver() -> AsyncIterator[FakeResolver]:
-    fake = FakeResolver(
-        {
-            "hooks.test": ["127.0.0.1"],
-            "public.test": ["93.184.216.34"],
-            "mixed.test": ["10.0.0.7", "93.184.216.34"],
-            "rebind.test": ["127.0.0.1", "::1"],
-            "metadata.test": ["169.254.169.254"],
-        }
-    )
-    previous = trio.socket.set_custom_hostname_resolver(fake)
-    yield fake
-    trio.socket.set_custom_hostname_resolver(previous)
 
 
 @pytest.mark.parametrize(
@@ -420,7 +378,7 @@ async def test_send_vetted_resolves_once_per_ttl_and_stays_pinned(
 ) -> None:
     url = f"http://hooks.test:{receiver.port}/in"
     cache = VettingCache(ttl=30)
-    async with new_client() as client:
+    async with new_transport() as client:
         for now in (0.0, 10.0, 29.0):
             answer = await send_vetted(client, url, b"{}", {}, LOOPBACK, 5.0, cache=cache, now=now)
             assert (answer.status, answer.ip) == (200, "127.0.0.1")
@@ -443,3 +401,34 @@ def test_a_missing_openssl_fails_under_ci(monkeypatch: pytest.MonkeyPatch, tmp_p
     monkeypatch.setenv("CI", "false")
     with pytest.raises(pytest.skip.Exception):
         make_cert(tmp_path, "hooks.test")
+
+
+def test_pinned_post_keeps_host_and_sni_and_turns_credentials_into_basic_auth() -> None:
+    vetted = Vetted(ip="93.184.216.34", host="hooks.example.com", port=8443, scheme="https")
+    request = pinned_post(
+        "https://user:p%40ss@hooks.example.com:8443/in?x=1",
+        vetted,
+        b"{}",
+        {"host": "evil", "X-A": "1"},
+        5.0,
+    )
+    assert request.url.host == "93.184.216.34" and request.url.raw_path == b"/in?x=1"
+    assert request.headers.get_list("Host") == ["hooks.example.com:8443"]
+    assert request.headers["Authorization"] == "Basic dXNlcjpwQHNz"  # user:p@ss
+    assert request.headers["Content-Length"] == "2" and "Cookie" not in request.headers
+    assert request.extensions["sni_hostname"] == "hooks.example.com"
+    assert request.extensions["timeout"]["read"] == 5.0
+    own = pinned_post("https://u:p@h.test/", vetted, b"", {"Authorization": "Bearer t"}, 1.0)
+    assert own.headers.get_list("Authorization") == ["Bearer t"]
+
+
+async def test_send_vetted_reads_a_capped_answer(
+    receiver: WebhookReceiver,
+) -> None:
+    async with new_transport() as transport:
+        first = await send_vetted(transport, receiver.url(), b"{}", {}, LOOPBACK, 5.0, max_body=4)
+        receiver.fail_next(1, 429, retry_after=7)
+        second = await send_vetted(transport, receiver.url(), b"{}", {}, LOOPBACK, 5.0)
+    assert (first.status, first.body, first.ip) == (200, b'{"ok', "127.0.0.1")
+    assert (second.status, second.retry_after, second.body) == (429, "7", b'{"ok":false}')
+    assert len(receiver.requests) == 2

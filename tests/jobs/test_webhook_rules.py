@@ -8,7 +8,7 @@ import trio
 
 from daemon import config
 from daemon.__main__ import main
-from daemon.app import run_daemon
+from daemon.app import Daemon, run_daemon
 from daemon.config import WebhookSpec
 from daemon.jobs.webhook_rules import (
     MAX_HEADERS,
@@ -193,3 +193,26 @@ async def test_the_daemon_does_not_start_with_a_bad_secret(
     )
     with trio.fail_after(10), pytest.raises(config.ConfigError, match="must decode to 24-64"):
         await run_daemon(cfg)
+
+
+async def test_a_reload_with_a_bad_secret_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CRAWLD_TEST_RULES_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+    path = tmp_path / "c.toml"
+    base = f'[daemon]\nstate_dir = "{tmp_path}"\n[http]\nenabled = false\n'
+    path.write_text(base + '[webhooks]\nsecret_env = "CRAWLD_TEST_RULES_SECRET"\n')
+
+    async def runner(task_status: trio.TaskStatus[Daemon]) -> None:
+        await run_daemon(config.load(path), task_status=task_status)
+
+    async with trio.open_nursery() as nursery:
+        daemon: Daemon = await nursery.start(runner)
+        monkeypatch.setenv("CRAWLD_TEST_RULES_SECRET", BAD_SECRET)
+        path.write_text(
+            base + '[webhooks]\nsecret_env = "CRAWLD_TEST_RULES_SECRET"\ntimeout = "3s"\n'
+        )
+        assert not await daemon.reload()
+        assert daemon.config.webhooks.timeout == 10 and daemon.generation == 1
+        assert daemon.last_reload is not None and "decodes to 3" in daemon.last_reload.message
+        daemon.request_stop()

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from daemon.outbox import MemoryStream, NewItem, Outbox
-from daemon.store import open_store
+from daemon.outbox import MemoryStream, NewItem, Outbox, advance_cursor
+from daemon.store import one, open_store
 
 
 def items(*keys: str, expires_ms: int | None = None) -> list[NewItem]:
@@ -34,6 +34,19 @@ async def test_cursor_never_moves_back_and_numbering_continues(outbox: Outbox) -
     await outbox.ack("s", 1)
     assert await outbox.append("s", items("c")) == [3]
     assert [i.seq for i in await outbox.next_batch("s", 10)] == [3]
+
+
+async def test_advance_cursor_skips_items_that_a_later_ack_deletes(outbox: Outbox) -> None:
+    await outbox.append("s", items("a", "b", "c"))
+    await outbox.store.write(lambda c: advance_cursor(c, "s", 2))
+    await outbox.store.write(lambda c: advance_cursor(c, "s", 1))  # never backwards
+    assert [i.key for i in await outbox.next_batch("s", 10)] == ["c"]
+    state = await outbox.state("s")
+    assert (state.ack_cursor, state.pending) == (2, 1)
+    rows = "SELECT count(*) FROM outbox_items WHERE stream = 's'"
+    assert await outbox.store.read(lambda c: one(c, rows)[0]) == 3  # kept until an ack
+    await outbox.ack("s", 3)
+    assert await outbox.store.read(lambda c: one(c, rows)[0]) == 0
 
 
 async def test_streams_are_independent(outbox: Outbox) -> None:

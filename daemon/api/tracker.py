@@ -1,0 +1,183 @@
+# The tracker's HTTP routes (specs/tracker.md, Interface): a video's state, its snapshot series
+# (JSON or CSV, paginated by time with a `next` link), tracking a video by hand, the songs closest
+# to a milestone, and the schedule overview. Reads go to the store's reader connections; the only
+# write (POST /tracker/videos) goes through the same ingest queue as discovery.
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+from urllib.parse import urlencode
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from daemon.api.app import ApiRoute, QueryParam, json
+from daemon.api.errors import HTTPError, decode_query_int, read_json_body
+from daemon.runtime import Daemon
+from daemon.tracker import store as ts
+from daemon.tracker.engine import AlreadyTracked
+from daemon.tracker.service import TrackerService
+
+MAX_AID = 2**62
+SNAPSHOT_FIELDS = ("at_ms", "views", "danmakus", "replies", "likes", "coins", "shares",
+                   "favorites")  # fmt: skip
+MAX_MS = 2**53
+
+
+class TrackRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    aid: int
+    """The video's av number."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.aid <= MAX_AID:
+            raise ValueError(f"aid must be between 1 and {MAX_AID}")
+
+
+class TrackResponse(msgspec.Struct):
+    aid: int
+    queued: list[str]
+    """What happens next: ingest (metadata, uploader, first snapshot), classify, and for a song
+    its four `new` snapshots."""
+    tracker_enabled: bool
+
+
+class VideoResponse(msgspec.Struct):
+    aid: int
+    status: int | str
+    """"ok", "queued" (waiting for ingest) or the upstream error code that took it away."""
+    bvid: str | None = None
+    title: str | None = None
+    description: str | None = None
+    tags: list[str] = []
+    duration: int | None = None
+    published_ms: int | None = None
+    cover_url: str | None = None
+    added_ms: int | None = None
+    uploader: dict[str, Any] | None = None
+    song: bool = False
+    label: dict[str, Any] | None = None
+    latest_snapshot: dict[str, Any] | None = None
+    schedules: list[dict[str, Any]] = []
+    milestone: dict[str, Any] | None = None
+    ingest: dict[str, Any] | None = None
+
+
+class SnapshotsResponse(msgspec.Struct):
+    aid: int
+    count: int
+    snapshots: list[dict[str, int]]
+    next: str | None
+    """The URL of the next page (None on the last one)."""
+
+
+class MilestonesResponse(msgspec.Struct):
+    count: int
+    songs: list[dict[str, Any]]
+
+
+class SchedulesResponse(msgspec.Struct):
+    counts: dict[str, dict[str, int]]
+    windows: list[dict[str, int]]
+    window_ms: int
+    lag: dict[str, dict[str, Any]]
+
+
+def _aid(request: Request) -> int:
+    raw = request.path_params["aid"]
+    text = raw[2:] if raw.lower().startswith("av") else raw
+    if not text.isdigit() or not 1 <= int(text) <= MAX_AID:
+        raise HTTPError(400, "aid must be a positive integer (or avNNN)", {"aid": raw[:40]})
+    return int(text)
+
+
+def routes(daemon: Daemon, service: TrackerService) -> list[ApiRoute]:
+    store = service.store
+
+    async def video(request: Request) -> Response:
+        aid = _aid(request)
+        info = await store.read(lambda c: ts.video_info(c, aid))
+        if info is None:
+            raise HTTPError(404, f"video {aid} is not tracked", {"aid": aid})
+        return json(msgspec.convert(info, VideoResponse))
+
+    async def snapshots(request: Request) -> Response:
+        aid = _aid(request)
+        since = decode_query_int(request, "since", 0, 0, MAX_MS)
+        until = decode_query_int(request, "until", MAX_MS, 0, MAX_MS)
+        limit = decode_query_int(request, "limit", 1000, 1, 10_000)
+        fmt = request.query_params.get("format", "json")
+        if fmt not in ("json", "csv"):
+            raise HTTPError(400, "format must be json or csv", {"format": fmt[:20]})
+
+        def read(conn: Any) -> tuple[bool, list[tuple[int, ...]]]:
+            known = ts.video_status(conn, aid) is not None
+            return known, ts.snapshots(conn, aid, since, until, limit + 1)
+
+        known, rows = await store.read(read)
+        if not known:
+            raise HTTPError(404, f"video {aid} is not tracked", {"aid": aid})
+        next_url = None
+        if len(rows) > limit:
+            rows = rows[:limit]
+            query = {"since": rows[-1][0] + 1, "limit": limit, "format": fmt}
+            if "until" in request.query_params:
+                query["until"] = until
+            next_url = f"{request.url.path}?{urlencode(query)}"
+        if fmt == "csv":
+            out = io.StringIO()
+            writer = csv.writer(out, lineterminator="\n")
+            writer.writerow(SNAPSHOT_FIELDS)
+            writer.writerows(rows)
+            headers = {"Link": f'<{next_url}>; rel="next"'} if next_url else {}
+            return Response(out.getvalue(), media_type="text/csv", headers=headers)
+        items = [dict(zip(SNAPSHOT_FIELDS, r, strict=True)) for r in rows]
+        return json(SnapshotsResponse(aid, len(items), items, next_url))
+
+    async def track(request: Request) -> Response:
+        body = await read_json_body(request, TrackRequest, empty_ok=False)
+        try:
+            await service.tracker.track(body.aid)
+        except AlreadyTracked:
+            raise HTTPError(
+                409, f"video {body.aid} is already tracked", {"aid": body.aid}
+            ) from None
+        queued = ["ingest", "classify", "new schedules if it is a song"]
+        return json(TrackResponse(body.aid, queued, service.gate.open), status=202)
+
+    async def milestones(request: Request) -> Response:
+        limit = decode_query_int(request, "limit", 50, 1, 1000)
+        songs = await store.read(lambda c: ts.closest_to_milestone(c, limit))
+        return json(MilestonesResponse(len(songs), songs))
+
+    async def schedules(request: Request) -> Response:
+        overview = await service.tracker.schedules_overview()
+        return json(msgspec.convert(overview, SchedulesResponse))
+
+    bad_aid = {400: "aid is not a positive integer", 404: "video not tracked"}
+    return [
+        ApiRoute("GET", "/tracker/videos/{aid}", video,
+                 "A tracked video: metadata, uploader, label, status, latest snapshot, pending"
+                 " schedules, milestone target and ETA", response=VideoResponse, errors=bad_aid),
+        ApiRoute("GET", "/tracker/videos/{aid}/snapshots", snapshots,
+                 "A video's snapshots, oldest first, paginated by `next`",
+                 response=SnapshotsResponse,
+                 query=[QueryParam("since", "epoch ms, inclusive (default 0)", "integer"),
+                        QueryParam("until", "epoch ms, inclusive (default: no end)", "integer"),
+                        QueryParam("limit", "rows per page, 1..10000 (default 1000)", "integer"),
+                        QueryParam("format", "json (default) or csv")],
+                 errors={**bad_aid, 400: "bad aid, since, until, limit or format"}),
+        ApiRoute("POST", "/tracker/videos", track,
+                 "Track a video now: ingest, classify and (for a song) its new schedules",
+                 body=TrackRequest, response=TrackResponse,
+                 errors={400: "invalid JSON", 422: "invalid field", 409: "already tracked"}),
+        ApiRoute("GET", "/tracker/milestones", milestones,
+                 "Songs closest to their next milestone: views, target, ETA hours, next check",
+                 response=MilestonesResponse,
+                 query=[QueryParam("limit", "songs, 1..1000 (default 50)", "integer")],
+                 errors={400: "bad limit"}),
+        ApiRoute("GET", "/tracker/schedules", schedules,
+                 "Schedules by type × status, the fill of the next windows, lag per type",
+                 response=SchedulesResponse),
+    ]  # fmt: skip
