@@ -152,7 +152,10 @@ class AsyncioThread:
         self._closed = True
         with contextlib.suppress(RuntimeError):
             self.loop.call_soon_threadsafe(self.loop.stop)
-        await trio.to_thread.run_sync(self._thread.join)
+        with trio.move_on_after(CANCEL_GRACE) as late:
+            await trio.to_thread.run_sync(self._thread.join, abandon_on_cancel=True)
+        if late.cancelled_caught:  # a daemon thread: it cannot keep the process alive
+            log.warning("the asyncio thread did not stop in time", thread=self._thread.name)
 
 
 async def _cancel_other_tasks() -> None:

@@ -155,6 +155,7 @@ class BrokerConfig(Section, frozen=True):
 WebhookEvent = Literal[
     "started", "page", "completed", "failed",
     "crawl.started", "crawl.page", "crawl.completed", "crawl.failed",
+    "batch_scrape.started", "batch_scrape.page", "batch_scrape.completed", "batch_scrape.failed",
 ]  # fmt: skip
 
 

@@ -26,7 +26,7 @@ from daemon.logs import get_logger, setup_logging
 log = get_logger("demo")
 DAY_MS = 86_400_000
 KEY_ENV = "CRAWLD_API_KEY"
-"""When set, the demo's API needs this key, as `crawld status` expects."""
+"""When set, the demo's API needs this key (as `crawld status` expects; /metrics stays open)."""
 
 CONFIG = """\
 # Written by `crawld demo`. Edit it and send SIGHUP (kill -HUP {pid}) to see a reload.
@@ -142,6 +142,7 @@ async def run_demo(args: argparse.Namespace) -> int:
         path = state / "crawld-demo.toml"
         text = CONFIG.format(
             pid=os.getpid(),
+            api_key=f'api_key_env = "{KEY_ENV}"\nmetrics_public = true\n' if keyed else "",
             state=state,
             http=args.http,
             broker=args.broker,
@@ -150,7 +151,6 @@ async def run_demo(args: argparse.Namespace) -> int:
             octoparse=f"http://{sim_host}:{sim_port}",
             task_id=task_id,
             receiver=f"http://{rx_host}:{rx_port}",
-            api_key=f'api_key_env = "{KEY_ENV}"\n' if keyed else "",
             bilibili=f"http://{bili_host}:{bili_port}",
         )
         await trio.Path(path).write_text(text, encoding="utf-8")
@@ -175,7 +175,7 @@ Try, in another terminal:
   curl -s{auth} -XPOST '{api}/consume?count=2' | python3 -m json.tool   # takes them off
   curl -s{auth}{json_type} {api}/crawl/start -d '{{"task_id": "demo"}}'   # 409 while running
   curl -s http://{rx_host}:{rx_port}/_receiver/summary             # webhook events received
-  curl -s{auth} {api}/metrics | grep crawld_
+  curl -s {api}/metrics | grep crawld_
   curl -s{auth} {api}/status | python3 -c 'import json,sys; print(json.load(sys.stdin)["tracker"])'
   curl -s{auth} {api}/tracker/milestones | python3 -m json.tool   # songs nearest a milestone
   curl -s{auth} {api}/tracker/schedules | python3 -m json.tool    # schedules by type and status

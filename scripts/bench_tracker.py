@@ -20,7 +20,7 @@ baseline measured in the same run.
 
 Usage: .venv/bin/python scripts/bench_tracker.py [--rows 10000,1000000,10000000] [--songs N]
        [--bulk-songs N] [--rounds N] [--lag-seconds S] [--idle-seconds S] [--keep DIR]
-Run it under `flock /tmp/crawld-heavy.lock` (it loads the machine for a few minutes).
+Run it when nothing else heavy runs: it loads the machine for a few minutes.
 """
 
 from __future__ import annotations

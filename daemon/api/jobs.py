@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from daemon.api.app import ApiRoute, QueryParam, json, public_link
 from daemon.api.errors import HTTPError, decode_query_int
-from daemon.jobs.store import JobFinished, JobNotFound
+from daemon.jobs.store import ROBOTS_BLOCKED, JobFinished, JobNotFound
 from daemon.redact import redact_text, redact_url
 
 if TYPE_CHECKING:
@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 PAGE_BYTES = 10 * 1024 * 1024
 """A status page stops adding rows at about this much JSON (Firecrawl cuts at 10 MiB)."""
-MAX_LIMIT = 10_000
+DEFAULT_LIMIT = 100
+MAX_LIMIT = 1000
 
 
 class CrawlStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -29,6 +30,7 @@ class CrawlStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
     status: str
     completed: int
     total: int
+    creditsUsed: int
     createdAt: str
     completedAt: str | None = None
     expiresAt: str
@@ -76,7 +78,7 @@ def routes(manager: JobManager) -> list[ApiRoute]:
     async def crawl_status(request: Request) -> Response:
         job_id = _job_id(request)
         skip = decode_query_int(request, "skip", 0, 0, 2**31)
-        limit = decode_query_int(request, "limit", MAX_LIMIT, 1, MAX_LIMIT)
+        limit = decode_query_int(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
         record = await manager.get_job(job_id)
         if record is None:
             return _not_found()
@@ -90,6 +92,7 @@ def routes(manager: JobManager) -> list[ApiRoute]:
                 status=record.status,
                 completed=record.completed,
                 total=record.total,
+                creditsUsed=record.completed,
                 createdAt=iso(record.created_ms),
                 completedAt=None if record.completed_ms is None else iso(record.completed_ms),
                 expiresAt=iso(record.expires_ms),
@@ -110,8 +113,9 @@ def routes(manager: JobManager) -> list[ApiRoute]:
                         e.id, iso(e.at_ms), redact_url(e.url or ""), e.code, redact_text(e.error)
                     )
                     for e in errors
+                    if e.code != ROBOTS_BLOCKED
                 ],
-                robotsBlocked=[],
+                robotsBlocked=[e.url or "" for e in errors if e.code == ROBOTS_BLOCKED],
             )
         )
 

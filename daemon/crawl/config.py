@@ -13,7 +13,8 @@ class CrawlConfig(Section, frozen=True):
     user_agent: str = "crawld (+https://github.com/crawld/crawld) FirecrawlAgent"
     """Sent with every fetch; robots.txt rules are matched for FirecrawlAgent/FireCrawlAgent."""
     concurrency: int = 16
-    """Most pages fetched at once over all jobs."""
+    """Most pages fetched at once over all jobs (a paced job, with `delay` or robots.txt
+    Crawl-delay, fetches one page at a time outside this limit)."""
     per_host_concurrency: int = 4
     """Most pages fetched at once from one host (a job's maxConcurrency may lower it)."""
     connect_timeout: Duration = Duration(10)

@@ -6,8 +6,9 @@
 #
 # Where events come from (JobState says which):
 # - the job's durable outbox stream: read after the ack cursor; after each final outcome ONE
-#   transaction advances the cursor, deletes the event and, for a failure, appends the job error.
-#   A crash can only repeat the event in flight (same webhookId and bytes);
+#   transaction advances the cursor and, for a failure, appends the job error (the batch's rows
+#   are deleted with its last event's ack: one statement per event instead of two). A crash can
+#   only repeat the event in flight (same webhookId and bytes);
 # - its bounded memory queue: with `jobs.store = false`, or for events issued after the store
 #   failed (the job is "degraded"). A degraded durable job first sends what it can still read
 #   from disk, then the memory queue; anything left unread on disk goes out after a restart.
@@ -20,8 +21,10 @@
 # afterwards) become ONE job error whose count grows, the cursor moves to the end, and a row in
 # `webhook_gone` keeps it so after a restart. The job's own status is not touched.
 #
-# The HTTP side (`Deliverer`) is shared by every drainer: one httpx client (connection pool) per
-# destination host, so TLS sessions are never shared between names on one IP, closed when idle;
+# The HTTP side (`Deliverer`) is shared by every drainer: one httpx transport (connection pool)
+# per destination host, so no connection verified for one name serves another name on the same IP,
+# closed after CLIENT_IDLE_S without requests; requests go straight to the transport (no client
+# layers: cookies, auth flows, redirects, Response rebuilds are not needed here);
 # the signing secret, the retry schedule, the per-host limiters (all swappable on reload) and a
 # short-lived cache of vetted addresses (see ssrf.VettingCache).
 from __future__ import annotations
@@ -46,7 +49,7 @@ from daemon.jobs import events, retry, signing, ssrf, webhook_rules
 from daemon.jobs import store as jobstore
 from daemon.logs import get_logger
 from daemon.metrics import REGISTRY
-from daemon.outbox import Item, MemoryStream, Outbox, Signal
+from daemon.outbox import Item, MemoryStream, Signal
 from daemon.redact import redact_url
 from daemon.store import Store
 
@@ -212,6 +215,7 @@ class Deliverer:
         self._limiters: dict[str, trio.CapacityLimiter] = {}
         self._clients: dict[str, _HostPool] = {}
         self._client_added = trio.Event()
+        self._creating: dict[str, trio.Event] = {}
 
     def reconfigure(self, settings: DeliverySettings) -> None:
         self.settings = settings
@@ -261,14 +265,33 @@ class Deliverer:
             with trio.CancelScope(shield=True):
                 await held.transport.aclose()
 
-    def _acquire(self, host_key: str) -> _HostPool:
-        held = self._clients.get(host_key)
-        if held is None:
-            pool = ssrf.new_transport(max_connections=max(1, self.settings.per_host))
-            held = self._clients[host_key] = _HostPool(pool, trio.current_time())
-            self._client_added.set()
-        held.in_use += 1
-        return held
+    async def _acquire(self, host_key: str) -> _HostPool:
+        """The host's pool, created on first use. An https pool loads the CA certificates
+        (~20 ms), so it is built in a worker thread, not on the event loop; a plain-http pool
+        never does TLS and skips them."""
+        while True:
+            held = self._clients.get(host_key)
+            if held is not None:
+                held.in_use += 1
+                return held
+            pending = self._creating.get(host_key)
+            if pending is not None:
+                await pending.wait()
+                continue
+            done = self._creating[host_key] = trio.Event()
+            try:
+                size = max(1, self.settings.per_host)
+                if host_key.startswith("http://"):
+                    pool = ssrf.new_transport(max_connections=size, verify=False)
+                else:
+                    pool = await trio.to_thread.run_sync(
+                        functools.partial(ssrf.new_transport, max_connections=size)
+                    )
+                self._clients[host_key] = _HostPool(pool, trio.current_time())
+                self._client_added.set()
+            finally:
+                del self._creating[host_key]
+                done.set()
 
     async def deliver(self, job: JobState, item: Item) -> Final:
         """Attempts until a final outcome. Never raises for a problem with this one delivery
@@ -288,8 +311,10 @@ class Deliverer:
             detail: str | None = None
             async with self.limiter(job.host_key):
                 started = time.perf_counter()
-                held = None if self.transport is not None else self._acquire(job.host_key)
+                held: _HostPool | None = None
                 try:
+                    if self.transport is None:
+                        held = await self._acquire(job.host_key)
                     headers = signing.attempt_headers(
                         item.body,
                         webhook_id=item.key,
@@ -334,7 +359,7 @@ class Deliverer:
             decision = retry.decide(
                 attempt,
                 status,
-                cast(retry.ErrorKind | None, kind),
+                cast("retry.ErrorKind | None", kind),
                 retry_after,
                 time.time(),
                 settings.schedule,
@@ -362,13 +387,11 @@ class JobDrainer:
         job: JobState,
         deliverer: Deliverer,
         store: Store,
-        outbox: Outbox,
         clock_ms: Callable[[], int] = outbox_mod.now_ms,
     ) -> None:
         self.job = job
         self.deliverer = deliverer
         self.store = store
-        self.outbox = outbox
         self.clock_ms = clock_ms
 
     async def run(self) -> None:

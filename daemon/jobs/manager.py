@@ -23,7 +23,7 @@ import functools
 import random
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -131,9 +131,15 @@ class JobManager:
     # -- producers -------------------------------------------------------------------------
 
     async def create_job(
-        self, kind: str, *, webhook: WebhookSpec | None, source: dict[str, Any]
+        self,
+        kind: str,
+        *,
+        webhook: WebhookSpec | None,
+        source: dict[str, Any],
+        setup: Callable[[apsw.Connection, str], None] | None = None,
     ) -> str:
-        """Create a running job (emitting `{kind}.started`); returns its id."""
+        """Create a running job (emitting `{kind}.started`); returns its id. `setup(conn, id)`
+        runs in the same transaction (a producer's own rows for the job)."""
         if kind not in jobstore.KINDS:
             raise ValueError(f"unknown job kind {kind!r}; expected one of {sorted(jobstore.KINDS)}")
         job_id = str(uuid.uuid4())
@@ -151,6 +157,8 @@ class JobManager:
                 at_ms=at,
                 expires_ms=at + self.ttl_ms,
             )
+            if setup is not None:
+                setup(conn, job_id)
             record = jobstore.get_job(conn, job_id)
             assert record is not None
             pending = PendingEvents(job_id)
@@ -174,8 +182,10 @@ class JobManager:
         rows: list[dict[str, Any]],
         *,
         total: int | None = None,
+        keep: bool = True,
     ) -> PendingEvents:
-        """Inside the caller's transaction: store `rows`, count them, issue the `page` event.
+        """Inside the caller's transaction: store `rows` (unless not `keep`), count them, issue
+        the `page` event.
 
         Raises JobNotFound / JobFinished (rolling the caller's transaction back, if it lets
         them through). Pass the result to `after_commit` after the transaction committed.
@@ -183,7 +193,7 @@ class JobManager:
         if job_id in self._unsaved:
             raise JobFinished(job_id, self._unsaved[job_id].status)
         record = jobstore.require_running(conn, job_id)
-        jobstore.add_rows(conn, job_id, rows, total)
+        jobstore.add_rows(conn, job_id, rows, total, keep=keep)
         pending = PendingEvents(job_id)
         self._event_in_tx(conn, record, "page", rows, None, pending)
         return pending
@@ -549,7 +559,7 @@ class JobManager:
         self._nursery.start_soon(self._drain, job)
 
     async def _drain(self, job: JobState) -> None:
-        drainer = JobDrainer(job, self.deliverer, self.store, self.outbox, self.clock_ms)
+        drainer = JobDrainer(job, self.deliverer, self.store, self.clock_ms)
 
         async def body(*, task_status: trio.TaskStatus[None]) -> None:
             task_status.started()

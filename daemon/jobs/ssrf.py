@@ -441,7 +441,9 @@ def new_transport(
     *, max_connections: int = 100, verify: ssl.SSLContext | bool = True
 ) -> httpx.AsyncHTTPTransport:
     """A connection pool for `send_vetted`: no proxies from the environment (a proxy would
-    connect on our behalf, unchecked); close it with `aclose()`."""
+    connect on our behalf, unchecked); close it with `aclose()`. `verify=True` loads the CA
+    certificates (tens of ms: build it off the event loop); `verify=False` is only for a pool
+    that never sees https (it skips certificate checks)."""
     return httpx.AsyncHTTPTransport(
         verify=verify,
         trust_env=False,

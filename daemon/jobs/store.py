@@ -22,6 +22,8 @@ from daemon.store import one
 Status = Literal["scraping", "completed", "failed", "cancelled"]
 FINISHED: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 KINDS: frozenset[str] = frozenset({"crawl", "batch_scrape"})
+ROBOTS_BLOCKED = "ROBOTS_BLOCKED"
+"""The error code of a URL robots.txt kept a crawl from (listed as `robotsBlocked`)."""
 
 
 class JobNotFound(LookupError):
@@ -155,19 +157,31 @@ def require_running(conn: apsw.Connection, job_id: str) -> JobRecord:
 
 
 def add_rows(
-    conn: apsw.Connection, job_id: str, rows: Sequence[Any], total: int | None = None
+    conn: apsw.Connection,
+    job_id: str,
+    rows: Sequence[Any],
+    total: int | None = None,
+    *,
+    keep: bool = True,
 ) -> None:
-    """Store rows after the job's earlier ones and count them as completed."""
-    (last,) = one(conn, "SELECT coalesce(max(n), 0) FROM job_rows WHERE job_id = ?", (job_id,))
-    conn.executemany(
-        "INSERT INTO job_rows(job_id, n, body) VALUES (?, ?, ?)",
-        ((job_id, last + i, _encode(row)) for i, row in enumerate(rows, start=1)),
-    )
+    """Store rows after the job's earlier ones and count them as completed (`keep=False`: count
+    them only, e.g. a zeroDataRetention crawl whose documents go to its webhook alone)."""
+    if keep:
+        (last,) = one(conn, "SELECT coalesce(max(n), 0) FROM job_rows WHERE job_id = ?", (job_id,))
+        conn.executemany(
+            "INSERT INTO job_rows(job_id, n, body) VALUES (?, ?, ?)",
+            ((job_id, last + i, _encode(row)) for i, row in enumerate(rows, start=1)),
+        )
     conn.execute(
         "UPDATE jobs SET completed = completed + ?, total = max(total, completed + ?, ?)"
         " WHERE id = ?",
         (len(rows), len(rows), total or 0, job_id),
     )
+
+
+def set_total(conn: apsw.Connection, job_id: str, total: int) -> None:
+    """Set the job's `total` (completed + pending), which may go down when pages fail."""
+    conn.execute("UPDATE jobs SET total = max(?, completed) WHERE id = ?", (total, job_id))
 
 
 def issue_seq(conn: apsw.Connection, record: JobRecord, name: str, floor: int = 0) -> int | None:

@@ -523,7 +523,29 @@ class Tracker:
         for type_, lag in await self.store.write(complete):
             metrics.snapshots.labels(type_).inc()
             self.stats.record_lag(type_, now, lag)
+        for aid in dict.fromkeys(r[1] for r in group if r[1] not in stats):
+            await self.confirm_gone(aid)
         return "completed"
+
+    async def confirm_gone(self, aid: int) -> int | None:
+        """A video missing from a bulk answer is usually deleted or hidden, which only the
+        single endpoint says: ask it once and store the code as the video's status (so the
+        dispatchers stop planning it). Returns the code, or None if it answered or failed."""
+        try:
+            await self._when_room(
+                functools.partial(self.client.view_stat, aid), TICK_ROOM_WAIT_MAX_MS
+            )
+        except BiliError as exc:
+            metrics.upstream_errors.labels(str(exc.code)).inc()
+            if not exc.video_gone:
+                return None
+            code = exc.code
+            await self.store.write(lambda c: ts.set_video_status(c, aid, code))
+            log.info("video gone (missing from a bulk answer)", aid=aid, code=code)
+            return code
+        except (NoProxyAvailable, UpstreamError):
+            return None  # the next regular snapshot tries again
+        return None
 
     async def _bulk_failed(
         self, group: Sequence[ts.Due], status: str, error: str, retry_ms: int | None

@@ -22,6 +22,7 @@ from daemon.clock import EpochClock, sleep_until_ms
 from daemon.logs import get_logger
 from daemon.store import Store
 from daemon.tracker import rules
+from daemon.tracker import store as ts
 from daemon.tracker.bilibili import BiliClient
 from daemon.tracker.classifier import ClassifierUnavailable, make_classifier
 from daemon.tracker.config import TrackerConfig
@@ -259,8 +260,7 @@ class TrackerService:
     # ---- reading ----------------------------------------------------------------------------
 
     async def status(self) -> dict[str, Any]:
-        from daemon.tracker import store as ts
-
+        """The `tracker` section of /status."""
         stats = self.tracker.stats
         totals = await self.store.read(ts.totals)
         overview = await self.tracker.schedules_overview(windows=3)

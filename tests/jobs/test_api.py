@@ -77,6 +77,7 @@ async def test_status_paginates_rows_with_absolute_next_links(
         "status",
         "completed",
         "total",
+        "creditsUsed",
         "createdAt",
         "expiresAt",
         "data",

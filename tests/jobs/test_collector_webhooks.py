@@ -74,7 +74,7 @@ async def test_a_collector_run_is_a_job_with_ordered_webhooks(
         jobs: JobManager = daemon.jobs
         with trio.fail_after(20):
             await jobs.wait_drained(job)
-        status = (await http.get(f"{api}/v2/crawl/{job}")).json()
+        status = (await http.get(f"{api}/v2/crawl/{job}?limit=1000")).json()
 
         # A webhook given with the request replaces the task's, with its own event filter.
         sim.append_dated(task_id, [now + i for i in range(30)])

@@ -10,6 +10,7 @@ import trio
 from daemon.config import Duration, JobsConfig, WebhookSpec
 from daemon.fakes.receiver import WebhookReceiver
 from daemon.jobs import store as jobstore
+from daemon.jobs.drainer import Deliverer, DeliverySettings
 from daemon.jobs.manager import JobManager
 from daemon.outbox import Outbox
 from daemon.store import Store, one
@@ -284,3 +285,22 @@ async def test_each_destination_host_has_its_own_client_closed_when_idle(
     rx.check()
     hosts = sorted({r.headers["host"].split(":")[0] for r in rx.requests})
     assert hosts == ["127.0.0.1", "a.test", "b.test"]
+
+
+async def test_concurrent_first_requests_to_a_host_share_one_pool() -> None:
+    settings = DeliverySettings(secret=None, timeout=1.0, schedule=(), allow=(), per_host=2)
+    deliverer = Deliverer(settings)
+    got: list[Any] = []
+
+    async def take(host_key: str) -> None:
+        got.append(await deliverer._acquire(host_key))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(take, "https://h.test:")  # built in a worker thread
+        nursery.start_soon(take, "http://h.test:")
+    assert deliverer.host_clients == 2
+    https = [held for held in got if held is deliverer._clients["https://h.test:"]]
+    assert len(https) == 3 and https[0].in_use == 3
+    await deliverer.aclose()
+    assert deliverer.host_clients == 0

@@ -201,3 +201,21 @@ async def test_errors_keep_only_the_redacted_url(
     lines = crawld_lines(caplog)
     for secret in ("hookpass", "tok3n", "hdrsecret"):
         assert secret not in lines
+
+
+async def test_410_without_the_store_skips_the_memory_queue_too(
+    rx: WebhookReceiver, start_manager: StartManager
+) -> None:
+    rx.fail_next(1, 410)
+    m = await start_manager(jobs=JobsConfig(store=False))
+    job = await m.create_job("crawl", webhook=WebhookSpec(url=rx.url()), source={})
+    for i in range(3):
+        await m.page(job, [{"i": i}])
+    await m.finish(job, "cancelled")
+    await drained(m, job)
+    assert [r.status for r in rx.requests] == [410]
+    [error] = await m.job_errors(job)
+    assert error.error.endswith("(crawl.started: HTTP 410 Gone); 4 later events not sent")
+    record = await m.get_job(job)
+    assert record is not None and record.status == "cancelled"
+    assert (await m.status())["pending_events"] == 0

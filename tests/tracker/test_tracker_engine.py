@@ -225,6 +225,12 @@ async def test_bulk_tick_groups_completes_and_chains(env: Env, autojump_clock: A
     assert counts["normal"] == {"completed": 63, "failed": 1, "pending": 63}
     assert counts["archive"] == {"completed": 1}  # not chained
     assert (await env.q("SELECT count(*) FROM tracker_eta"))[0][0] == 64
+    # the missing one was asked singly once: gone, so no dispatcher plans it again
+    assert env.client.requests["view"] == 1
+    assert await env.store.read(lambda c: ts.video_status(c, 65)) == -404
+    assert 65 not in await env.store.read(
+        lambda c: ts.without_active(c, "normal", songs=False, after_aid=0, limit=100)
+    )
 
 
 async def test_bulk_errors_reschedule(env: Env, autojump_clock: Any) -> None:

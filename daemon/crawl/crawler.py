@@ -1,0 +1,534 @@
+# The crawl and batch-scrape job runner. What to fetch lives in the store (the job's frontier), not
+# in memory: workers pull queued frontier rows in discovery order, in chunks, so a 100k-URL
+# frontier costs a chunk of memory, and a restarted daemon resumes a crawl from exactly what was
+# committed.
+#
+# Pages commit through one committer task per job: it takes whatever pages finished, stores them
+# in one transaction (documents and `page` events through the JobManager, frontier states, the
+# links admitted with the crawl's `limit` checked inside the transaction) and then lets the
+# manager wake the webhook drainer, in order. That keeps the manager's contract (one producer per
+# job, events issued in commit order) without serialising the fetches, and group-commits pages
+# when a crawl is fast.
+#
+# Only the pages between fetch and commit are lost at a kill -9: at most [crawl] concurrency being
+# fetched, as many waiting for the committer and a batch of them being committed.
+#
+# Cancel (DELETE) stops the fetch workers at once; the committer still stores what had finished,
+# then the job gets its final status and terminal event. A daemon shutdown cancels everything and
+# leaves the job `scraping` for the next start.
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import math
+import uuid
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import apsw
+import msgspec
+import trio
+
+from daemon.clock import EpochClock, wall_ms
+from daemon.crawl import rules
+from daemon.crawl import store as crawlstore
+from daemon.crawl.config import CrawlConfig
+from daemon.crawl.document import DocumentOptions, scrape_page
+from daemon.crawl.fetch import Fetcher, FetchError, FetchPolicy, FetchResult, HostGate, Resolver
+from daemon.crawl.metrics import crawl_jobs, crawl_pages
+from daemon.crawl.models import BatchPlan, CrawlPlan, ScrapeOptions, document_options
+from daemon.crawl.robots import Robots, fetch_robots
+from daemon.crawl.sitemap import sitemap_urls
+from daemon.crawl.urls import CrawlScope, dedupe_key, parse_http_url
+from daemon.jobs import store as jobstore
+from daemon.jobs.manager import JobManager, PendingEvents
+from daemon.jobs.store import JobFinished, JobNotFound
+from daemon.logs import get_logger
+from daemon.redact import redact_url
+from daemon.store import Store, StoreClosed
+
+log = get_logger("crawl")
+
+REFILL = 256
+"""Queued frontier rows a job loads at a time."""
+COMMIT_BATCH = 64
+"""Most finished pages stored in one transaction (and at most [crawl] concurrency)."""
+CPU_THREADS = 2
+"""Threads turning big pages into documents (html-to-markdown and selectolax release the GIL)."""
+INLINE_BYTES = 128 * 1024
+"""Pages up to this size become documents on the event loop: about a millisecond of work, less
+than the hand-off to a thread and the GIL contention it brings."""
+
+_plan_decoder = msgspec.json.Decoder(CrawlPlan)
+_batch_decoder = msgspec.json.Decoder(BatchPlan)
+
+
+def _malloc_trim() -> Callable[[], None]:
+    """glibc's malloc_trim: parsing a multi-megabyte page takes a hundred MB of C heap for a
+    moment (selectolax's tree, html-to-markdown's buffers) that glibc keeps after it is freed;
+    trimming after such a page gives it back to the system. A no-op elsewhere."""
+    try:
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return lambda: None
+
+    def release() -> None:
+        trim(0)
+
+    return release
+
+
+release_memory = _malloc_trim()
+
+
+def scrape_large_page(
+    result: FetchResult, options: DocumentOptions, source_url: str, scrape_id: str
+) -> tuple[dict[str, Any], list[str]]:
+    """`scrape_page` for a page over INLINE_BYTES (in a worker thread), then `release_memory`."""
+    try:
+        return scrape_page(result, options, source_url=source_url, scrape_id=scrape_id)
+    finally:
+        release_memory()
+
+
+@dataclass
+class Page:
+    """A fetched page, turned into a document."""
+
+    entry: crawlstore.FrontierEntry
+    document: dict[str, Any]
+    links: rules.Admission
+    final_key: str | None = None
+    """Dedupe key of the URL a redirect ended at, when it differs from the requested one."""
+    refused: tuple[str, str] | None = None
+    """(code, reason) when the start URL itself breaks a rule: an error, its links still used."""
+
+
+@dataclass
+class Failed:
+    entry: crawlstore.FrontierEntry
+    code: str
+    error: str
+
+
+Outcome = Page | Failed
+
+
+@dataclass
+class Engine:
+    """What every job shares: the fetcher, the per-host gate and the global limits."""
+
+    config: CrawlConfig
+    fetcher: Fetcher
+    gate: HostGate
+    fetch_slots: trio.CapacityLimiter
+    job_slots: trio.CapacityLimiter
+    cpu: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(CPU_THREADS))
+    pages: Counter[str] = field(default_factory=Counter)
+
+    async def document(
+        self, result: FetchResult, options: DocumentOptions, source_url: str
+    ) -> tuple[dict[str, Any], list[str]]:
+        scrape_id = str(uuid.uuid4())
+        if len(result.body) <= INLINE_BYTES:
+            await trio.lowlevel.checkpoint()
+            return scrape_page(result, options, source_url=source_url, scrape_id=scrape_id)
+        return await trio.to_thread.run_sync(
+            scrape_large_page, result, options, source_url, scrape_id, limiter=self.cpu
+        )
+
+
+def fetch_options(options: ScrapeOptions, page_timeout: float) -> dict[str, Any]:
+    """Fetcher.fetch keyword arguments for a request's scrape options (Firecrawl skips TLS
+    verification unless the caller sends headers)."""
+    skip_tls = options.skipTlsVerification
+    if skip_tls is None:
+        skip_tls = not options.headers
+    timeout = options.timeout / 1000 if options.timeout is not None else page_timeout
+    return {"headers": options.headers, "timeout": timeout, "skip_tls_verification": skip_tls}
+
+
+class JobRun:
+    """One crawl or batch job being worked on by this process."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        store: Store,
+        jobs: JobManager,
+        row: crawlstore.CrawlJobRow,
+        clock_ms: EpochClock = wall_ms,
+    ) -> None:
+        self.engine = engine
+        self.store = store
+        self.jobs = jobs
+        self.row = row
+        self.job_id = row.job_id
+        self.clock_ms = clock_ms
+        self.batch = row.kind == "batch_scrape"
+        options: ScrapeOptions
+        if self.batch:
+            batch = _batch_decoder.decode(row.plan)
+            options = batch.options
+            self.limit = math.inf
+            self.max_concurrency = batch.max_concurrency
+            self.delay: float | None = None
+            self.zdr = batch.zero_data_retention
+            self.scope: CrawlScope | None = None
+            self.policy = rules.LinkPolicy(follow_links=False)
+            self.plan: CrawlPlan | None = None
+        else:
+            plan = self.plan = _plan_decoder.decode(row.plan)
+            request = plan.request
+            options = plan.options
+            self.limit = plan.limit
+            self.max_concurrency = request.maxConcurrency
+            self.delay = request.delay
+            self.zdr = request.zeroDataRetention
+            self.scope = CrawlScope(
+                start_url=request.url,
+                include_paths=tuple(request.includePaths),
+                exclude_paths=tuple(request.excludePaths),
+                regex_on_full_url=request.regexOnFullURL,
+                crawl_entire_domain=request.crawlEntireDomain,
+                allow_subdomains=request.allowSubdomains,
+                allow_external_links=request.allowExternalLinks,
+            )
+            self.policy = rules.LinkPolicy(
+                follow_links=request.sitemap != "only",
+                max_depth=request.maxDiscoveryDepth,
+                ignore_query=request.ignoreQueryParameters,
+                similar=request.deduplicateSimilarURLs,
+            )
+        self.doc_options = document_options(options)
+        self.fetch_kw = fetch_options(options, engine.fetcher.policy.timeout)
+        self.robots = Robots.allow_all()
+        self.concurrency = 1
+        self.pace: float | None = None
+        self.queue: deque[crawlstore.FrontierEntry] = deque()
+        self.last_n = 0
+        self.in_flight = 0
+        self.generation = 0
+        self.lot = trio.lowlevel.ParkingLot()
+        self.refill_lock = trio.Lock()
+        self.work_scope = trio.CancelScope()
+        self.cancelled = False
+        self.started = False
+        self.fetched = 0
+        self.failed = 0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Work the job to its end and give it its final status; returns early (job left
+        running) when the daemon stops."""
+        try:
+            cancel = self.jobs.cancel_requested(self.job_id)
+        except JobNotFound:
+            return
+        status: str = "completed"
+        error: str | None = None
+        async with trio.open_nursery() as watcher:
+
+            async def watch() -> None:
+                await cancel.wait()
+                self.cancelled = True
+                self.work_scope.cancel()
+
+            watcher.start_soon(watch)
+            try:
+                await self._work()
+            except (StoreClosed, trio.Cancelled):
+                raise
+            except JobFinished:
+                self.cancelled = True
+            except Exception as exc:
+                log.error("crawl job failed", job=self.job_id, exc_info=exc)
+                status, error = "failed", f"internal error: {type(exc).__name__}"
+            watcher.cancel_scope.cancel()
+        if self.cancelled:
+            status = "cancelled"
+        crawl_jobs.labels(self.row.kind, status).inc()
+        try:
+            await self.jobs.finish(self.job_id, status, error)  # type: ignore[arg-type]
+        except (JobFinished, JobNotFound):
+            return
+        log.info("crawl job finished", job=self.job_id, status=status, pages=self.fetched,
+                 failed=self.failed)  # fmt: skip
+        await self._purge()
+
+    async def _work(self) -> None:
+        # Bounded so fetching cannot run far ahead of storing: a kill loses (and a restart
+        # fetches again) at most the pages being fetched, waiting here and being committed.
+        send, recv = trio.open_memory_channel[Outcome](self.engine.config.concurrency)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._committer, recv)
+            async with send:
+                with self.work_scope:
+                    async with self.engine.job_slots:
+                        self.started = True
+                        await self._prepare()
+                        async with trio.open_nursery() as workers:
+                            for _ in range(self.concurrency):
+                                workers.start_soon(self._worker, send.clone())
+
+    async def _prepare(self) -> None:
+        if self.plan is not None:
+            request = self.plan.request
+            if not request.ignoreRobotsTxt:
+                origin = _origin(request.url)
+                self.robots = await fetch_robots(self.engine.fetcher, origin)
+            self.concurrency, self.pace = rules.fetch_pacing(
+                max_concurrency=request.maxConcurrency,
+                delay=request.delay,
+                robots_delay=self.robots.crawl_delay,
+                ignore_robots=request.ignoreRobotsTxt,
+                global_concurrency=self.engine.config.concurrency,
+            )
+            if not self.row.kicked_off:
+                await self._kickoff()
+        else:
+            self.concurrency = min(
+                self.max_concurrency or self.engine.config.concurrency,
+                self.engine.config.concurrency,
+            )
+
+    async def _kickoff(self) -> None:
+        """Admit the start URL and (sitemap include|only) the sitemap's URLs, at depth 0."""
+        assert self.plan is not None and self.scope is not None
+        request = self.plan.request
+        start = request.url
+        found: list[str] = []
+        if request.sitemap != "skip":
+            try:
+                found = await sitemap_urls(
+                    self.engine.fetcher, start, self.robots, limit=self.plan.limit
+                )
+            except FetchError as exc:
+                log.info("no sitemap", job=self.job_id, error=exc.message)
+        admission = rules.admit_links(
+            found, -1, rules.LinkPolicy(ignore_query=self.policy.ignore_query,
+                                        similar=self.policy.similar),
+            self.scope.refusal, self._robots_allowed,
+        )  # fmt: skip
+        start_key = dedupe_key(start, ignore_query=self.policy.ignore_query,
+                               similar=self.policy.similar)  # fmt: skip
+        candidates = [(start_key, start, 0), *admission.candidates]
+
+        def tx(conn: apsw.Connection) -> None:
+            jobstore.require_running(conn, self.job_id)
+            crawlstore.admit(conn, self.job_id, candidates, int(self.plan.limit))  # type: ignore[union-attr]
+            self._blocked_in_tx(conn, admission.robots_blocked)
+            crawlstore.set_kicked_off(conn, self.job_id)
+            jobstore.set_total(conn, self.job_id, crawlstore.admitted(conn, self.job_id))
+
+        await self.store.write(tx)
+
+    def _robots_allowed(self, url: str) -> bool:
+        return self.robots.allowed(url)
+
+    async def _purge(self) -> None:
+        """The frontier of a finished job is no longer needed (documents and errors stay)."""
+        step = functools.partial(crawlstore.purge_frontier, job_id=self.job_id, chunk=2000)
+        try:
+            while not await self.store.write(lambda c: step(c)):
+                pass
+        except (apsw.Error, StoreClosed) as exc:
+            log.warning("frontier not purged", job=self.job_id, error=str(exc))
+
+    def wake(self) -> None:
+        """New frontier rows were stored outside this run (batch appendToId)."""
+        self.generation += 1
+        self.lot.unpark_all()
+
+    # -- workers ---------------------------------------------------------------------------
+
+    async def _next(self) -> crawlstore.FrontierEntry | None:
+        while True:
+            if self.queue:
+                self.in_flight += 1
+                return self.queue.popleft()
+            seen = self.generation
+            async with self.refill_lock:
+                if not self.queue:
+                    rows = await self.store.read(
+                        functools.partial(
+                            crawlstore.queued, job_id=self.job_id, after_n=self.last_n, limit=REFILL
+                        )
+                    )
+                    if rows:
+                        self.last_n = rows[-1].n
+                        self.queue.extend(rows)
+            if self.queue:
+                continue
+            if self.generation != seen:
+                continue
+            if self.in_flight == 0:
+                self.lot.unpark_all()
+                return None
+            await self.lot.park()
+
+    async def _worker(self, send: trio.MemorySendChannel[Outcome]) -> None:
+        async with send:
+            while (entry := await self._next()) is not None:
+                await send.send(await self._fetch(entry))
+
+    def _check_hop(self, first: str) -> Callable[[str], str | None] | None:
+        scope = self.scope
+        if scope is None:
+            return None
+        return lambda url: None if url == first else scope.refusal(url)
+
+    async def _fetch(self, entry: crawlstore.FrontierEntry) -> Outcome:
+        engine = self.engine
+        # A paced job (delay or Crawl-delay) fetches one page at a time and spends most of it
+        # waiting for its host's next start: it takes no global slot, so it cannot sit on one.
+        slot = engine.fetch_slots if self.pace is None else contextlib.nullcontext()
+        try:
+            async with slot:
+                result = await engine.fetcher.fetch(
+                    entry.url,
+                    check_hop=self._check_hop(entry.url),
+                    concurrency=self.max_concurrency,
+                    delay=self.pace,
+                    **self.fetch_kw,
+                )
+            document, links = await engine.document(result, self.doc_options, entry.url)
+        except FetchError as exc:
+            return Failed(entry, exc.code, exc.message)
+        except Exception as exc:
+            log.warning("page could not be turned into a document", url=redact_url(entry.url),
+                        exc_info=exc)  # fmt: skip
+            return Failed(entry, "UNKNOWN_ERROR", f"{type(exc).__name__} while parsing the page")
+        page = Page(entry, document, rules.Admission([], []))
+        if self.scope is not None:
+            base = result.url
+            page.links = rules.admit_links(
+                links, entry.depth, self.policy, self.scope.refusal, self._robots_allowed
+            )
+            if base != entry.url:
+                final = dedupe_key(base, ignore_query=self.policy.ignore_query,
+                                   similar=self.policy.similar)  # fmt: skip
+                requested = dedupe_key(entry.url, ignore_query=self.policy.ignore_query,
+                                       similar=self.policy.similar)  # fmt: skip
+                if final != requested:
+                    page.final_key = final
+            if entry.depth == 0 and entry.url == self.row.url:
+                if not self._robots_allowed(entry.url):
+                    page.refused = (jobstore.ROBOTS_BLOCKED, "URL blocked by robots.txt")
+                elif (reason := self.scope.refusal(entry.url)) is not None:
+                    page.refused = ("CRAWL_DENIAL", f"start URL refused: {reason}")
+        return page
+
+    # -- committing ------------------------------------------------------------------------
+
+    async def _committer(self, recv: trio.MemoryReceiveChannel[Outcome]) -> None:
+        async with recv:
+            async for first in recv:
+                batch = [first]
+                while len(batch) < min(COMMIT_BATCH, self.engine.config.concurrency):
+                    try:
+                        batch.append(recv.receive_nowait())
+                    except (trio.WouldBlock, trio.EndOfChannel):
+                        break
+                await self._commit(batch)
+
+    async def _commit(self, batch: list[Outcome]) -> None:
+        at = self.clock_ms()
+        try:
+            pendings = await self.store.write(lambda conn: self._commit_tx(conn, batch, at))
+        except JobFinished:
+            self.cancelled = True
+            self.work_scope.cancel()
+            pendings = []
+        except apsw.Error as exc:
+            log.error("pages not stored; fetching them again", job=self.job_id,
+                      pages=len(batch), error=str(exc))  # fmt: skip
+            self.queue.extendleft(reversed([o.entry for o in batch]))
+            pendings = []
+        else:
+            for outcome in batch:
+                kind = "fetched" if isinstance(outcome, Page) else "failed"
+                self.engine.pages[kind] += 1
+                crawl_pages.labels(kind).inc()
+                if isinstance(outcome, Page):
+                    self.fetched += 1
+                else:
+                    self.failed += 1
+        for pending in pendings:
+            await self.jobs.after_commit(pending)
+        self.in_flight -= len(batch)
+        self.generation += 1
+        self.lot.unpark_all()
+
+    def _commit_tx(
+        self, conn: apsw.Connection, batch: list[Outcome], at: int
+    ) -> list[PendingEvents]:
+        """Runs in the store's writer: one transaction for a batch of finished pages."""
+        job_id = self.job_id
+        pendings: list[PendingEvents] = []
+        for outcome in batch:
+            entry = outcome.entry
+            if crawlstore.state_of(conn, job_id, entry.n) != "queued":
+                continue  # a duplicate (another page's redirect target) or already stored
+            if isinstance(outcome, Failed):
+                jobstore.add_error(conn, job_id, code=outcome.code, error=outcome.error,
+                                   url=entry.url, at_ms=at)  # fmt: skip
+                crawlstore.set_state(conn, job_id, entry.n, "failed")
+                continue
+            if outcome.final_key is not None and not crawlstore.claim_target(
+                conn, job_id, outcome.final_key, outcome.document["metadata"]["url"], entry.depth
+            ):
+                crawlstore.set_state(conn, job_id, entry.n, "skipped")
+                continue
+            if outcome.refused is not None:
+                code, reason = outcome.refused
+                jobstore.add_error(conn, job_id, code=code, error=reason, url=entry.url, at_ms=at)
+                crawlstore.set_state(conn, job_id, entry.n, "failed")
+            else:
+                pendings.append(
+                    self.jobs.page_in_tx(conn, job_id, [outcome.document], keep=not self.zdr)
+                )
+                crawlstore.set_state(conn, job_id, entry.n, "done")
+            if outcome.links.candidates:
+                room = self.limit - crawlstore.admitted(conn, job_id)
+                crawlstore.admit(conn, job_id, outcome.links.candidates, int(min(room, 2**62)))
+            self._blocked_in_tx(conn, outcome.links.robots_blocked, at)
+        jobstore.set_total(conn, job_id, crawlstore.admitted(conn, job_id))
+        return pendings
+
+    def _blocked_in_tx(self, conn: apsw.Connection, urls: list[str], at: int = 0) -> None:
+        for url in crawlstore.add_robots_blocked(conn, self.job_id, urls):
+            jobstore.add_error(conn, self.job_id, code=jobstore.ROBOTS_BLOCKED,
+                               error="URL blocked by robots.txt", url=url,
+                               at_ms=at or self.clock_ms())  # fmt: skip
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "kind": self.row.kind,
+            "concurrency": self.concurrency,
+            "delay": self.pace,
+            "in_flight": self.in_flight,
+            "fetched": self.fetched,
+            "failed": self.failed,
+        }
+
+
+def _origin(url: str) -> str:
+    parsed = parse_http_url(url)
+    assert parsed is not None
+    return str(parsed.origin())
+
+
+def new_engine(config: CrawlConfig, resolver: Resolver | None = None) -> Engine:
+    gate = HostGate(config.per_host_concurrency)
+    return Engine(
+        config=config,
+        fetcher=Fetcher(FetchPolicy.from_config(config), resolver=resolver, gate=gate),
+        gate=gate,
+        fetch_slots=trio.CapacityLimiter(config.concurrency),
+        job_slots=trio.CapacityLimiter(config.max_running_jobs),
+    )

@@ -1,0 +1,232 @@
+# The crawl API's one object per daemon: it creates crawl and batch jobs (through the JobManager,
+# with the job's plan and first frontier rows in the job's own creation transaction, so a crash
+# can never leave a job nothing will work on), runs a JobRun per job in its nursery, resumes the
+# running ones after a restart, and answers the synchronous /v2/scrape and /v2/map.
+#
+# Limits come from `[crawl]`: a reload builds a new Engine (fetcher, gate, limits) for jobs
+# started afterwards; running jobs keep the engine they started with, as the config promises.
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import apsw
+import msgspec
+import trio
+
+from daemon.clock import EpochClock, wall_ms
+from daemon.crawl import store as crawlstore
+from daemon.crawl.batch import batch_candidates
+from daemon.crawl.config import CrawlConfig
+from daemon.crawl.crawler import Engine, JobRun, fetch_options, new_engine
+from daemon.crawl.fetch import Resolver
+from daemon.crawl.mapper import map_site
+from daemon.crawl.models import BatchPlan, CrawlPlan, MapRequest, ScrapeRequest, document_options
+from daemon.jobs import store as jobstore
+from daemon.jobs.manager import JobManager
+from daemon.jobs.store import JobFinished, JobNotFound
+from daemon.logs import get_logger
+from daemon.store import Store, StoreClosed
+
+log = get_logger("crawl")
+
+_encode = msgspec.json.Encoder().encode
+
+
+class CrawlService:
+    def __init__(
+        self,
+        config: CrawlConfig,
+        store: Store,
+        jobs: JobManager,
+        *,
+        resolver: Resolver | None = None,
+        clock_ms: EpochClock = wall_ms,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.jobs = jobs
+        self.clock_ms = clock_ms
+        self.resolver = resolver
+        self.engine = new_engine(config, resolver)
+        self._engines: list[Engine] = [self.engine]
+        self.runs: dict[str, JobRun] = {}
+        self._nursery: trio.Nursery | None = None
+        self._create_lock = trio.Lock()
+        self.waiting: set[str] = set()
+
+    # -- configuration ---------------------------------------------------------------------
+
+    def configure(self, config: CrawlConfig, resolver: Resolver | None = None) -> None:
+        """New limits and fetch policy for jobs started from now on."""
+        self.config = config
+        if resolver is not None:
+            self.resolver = resolver
+        self.engine = new_engine(config, self.resolver)
+        self._engines.append(self.engine)
+
+    # -- running ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Resume the running crawl and batch jobs, then run new ones until cancelled."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                rows = await self.store.read(crawlstore.running_jobs)
+                for row in rows:
+                    await self.jobs.attach(row.job_id)
+                    self._spawn(row)
+                if rows:
+                    log.info("resuming crawl jobs", jobs=len(rows))
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self._nursery = None
+            self.runs.clear()
+            with trio.CancelScope(shield=True):
+                for engine in self._engines:
+                    await engine.fetcher.aclose()
+                self._engines = [self.engine]
+
+    def _spawn(self, row: crawlstore.CrawlJobRow) -> None:
+        if self._nursery is None or row.job_id in self.runs:
+            return
+        try:
+            run = JobRun(self.engine, self.store, self.jobs, row, self.clock_ms)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.error("crawl job plan unreadable; failing the job", job=row.job_id, error=str(exc))
+            self._nursery.start_soon(self._fail, row.job_id, "internal error: unreadable plan")
+            return
+        self.runs[row.job_id] = run
+        self._nursery.start_soon(self._run, run)
+
+    async def _fail(self, job_id: str, error: str) -> None:
+        with contextlib.suppress(JobFinished, JobNotFound):
+            await self.jobs.finish(job_id, "failed", error)
+
+    async def _run(self, run: JobRun) -> None:
+        try:
+            await run.run()
+        except StoreClosed:
+            pass
+        finally:
+            self.runs.pop(run.job_id, None)
+
+    # -- producers -------------------------------------------------------------------------
+
+    async def _create(
+        self,
+        kind: str,
+        url: str,
+        plan: bytes,
+        webhook: Any,
+        idempotency_key: str | None,
+        setup_frontier: Any,
+    ) -> tuple[str, bool]:
+        """(job id, created): an idempotent retry returns the job of the first request."""
+        key = f"{kind}:{idempotency_key}" if idempotency_key else None
+        async with self._create_lock:
+            now = self.clock_ms()
+            if key is not None:
+                since = now - self.jobs.ttl_ms
+                existing = await self.store.read(lambda c: crawlstore.idempotent_job(c, key, since))
+                if existing is not None:
+                    return existing, False
+
+            def setup(conn: apsw.Connection, job_id: str) -> None:
+                crawlstore.insert_job(conn, job_id, kind, url, plan)
+                setup_frontier(conn, job_id)
+                if key is not None:
+                    crawlstore.remember_idempotency(conn, key, job_id, now, now - self.jobs.ttl_ms)
+
+            job_id = await self.jobs.create_job(
+                kind, webhook=webhook, source={"url": url}, setup=setup
+            )
+        row = await self.store.read(lambda c: crawlstore.get_job(c, job_id))
+        if row is not None:
+            self._spawn(row)
+        return job_id, True
+
+    async def start_crawl(self, plan: CrawlPlan, idempotency_key: str | None = None) -> str:
+        job_id, _ = await self._create(
+            "crawl", plan.request.url, _encode(plan), plan.webhook, idempotency_key,
+            lambda conn, job_id: None,
+        )  # fmt: skip
+        return job_id
+
+    async def start_batch(self, plan: BatchPlan, idempotency_key: str | None = None) -> str:
+        """A new batch job, or (appendToId) the given running batch with more URLs.
+        JobNotFound / JobFinished for an appendToId that is unknown / finished."""
+        if plan.append_to is not None:
+            return await self._append(plan.append_to, plan.urls)
+
+        def frontier(conn: apsw.Connection, job_id: str) -> None:
+            crawlstore.admit(conn, job_id, batch_candidates(plan.urls, 0), len(plan.urls))
+            crawlstore.set_kicked_off(conn, job_id)
+            jobstore.set_total(conn, job_id, len(plan.urls))
+
+        job_id, _ = await self._create(
+            "batch_scrape", plan.urls[0], _encode(plan), plan.webhook, idempotency_key, frontier
+        )
+        return job_id
+
+    async def _append(self, job_id: str, urls: list[str]) -> str:
+        def tx(conn: apsw.Connection) -> None:
+            row = crawlstore.get_job(conn, job_id)
+            if row is None or row.kind != "batch_scrape":
+                raise JobNotFound(job_id)
+            jobstore.require_running(conn, job_id)
+            offset = crawlstore.frontier_size(conn, job_id)
+            crawlstore.admit(conn, job_id, batch_candidates(urls, offset), len(urls))
+            jobstore.set_total(conn, job_id, crawlstore.admitted(conn, job_id))
+
+        await self.store.write(tx)
+        run = self.runs.get(job_id)
+        if run is not None:
+            run.wake()
+        return job_id
+
+    # -- synchronous endpoints -------------------------------------------------------------
+
+    async def scrape(self, request: ScrapeRequest) -> dict[str, Any]:
+        """The document of one URL (robots.txt is not consulted, as in Firecrawl); FetchError
+        with Firecrawl's code when it cannot be fetched."""
+        engine = self.engine
+        kw = fetch_options(request.options, engine.fetcher.policy.timeout)
+        async with engine.fetch_slots:
+            result = await engine.fetcher.fetch(request.url, **kw)
+        document, _ = await engine.document(result, document_options(request.options),
+                                            request.url)  # fmt: skip
+        return document
+
+    async def map(self, request: MapRequest) -> list[str]:
+        return await map_site(self.engine.fetcher, request)
+
+    # -- readers ---------------------------------------------------------------------------
+
+    async def active_crawls(self) -> list[crawlstore.CrawlJobRow]:
+        return await self.store.read(lambda c: crawlstore.running_jobs(c, "crawl"))
+
+    async def cancel(self, job_id: str, kind: str) -> None:
+        """DELETE of a crawl or batch; JobNotFound, JobFinished as JobManager.cancel."""
+        row = await self.store.read(lambda c: crawlstore.get_job(c, job_id))
+        if row is None or row.kind != kind:
+            raise JobNotFound(job_id)
+        await self.jobs.cancel(job_id)
+
+    async def status(self) -> dict[str, Any]:
+        engine = self.engine
+        hosts = {h: engine.gate.active(h) for h in list(getattr(engine.gate, "_hosts", {}))}
+        return {
+            "enabled": self.config.enabled,
+            "jobs_running": sum(1 for r in self.runs.values() if r.concurrency and r.started),
+            "jobs_queued": sum(1 for r in self.runs.values() if not r.started),
+            "pages_fetched": sum(e.pages["fetched"] for e in self._engines),
+            "pages_failed": sum(e.pages["failed"] for e in self._engines),
+            "fetches_in_flight": int(engine.fetch_slots.borrowed_tokens),
+            "host_gates": {h: n for h, n in hosts.items() if n},
+            "jobs": {job_id: run.status() for job_id, run in list(self.runs.items())},
+        }
+
+
+__all__ = ["CrawlService", "JobFinished", "JobNotFound"]

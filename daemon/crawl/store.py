@@ -1,0 +1,215 @@
+# The crawl tables (migration 0005) as plain functions over an APSW connection, run inside the
+# caller's transaction. A crawl's page is one transaction: its document and counters (through the
+# jobs store), its frontier row marked done and the links it admits, so a kill -9 leaves either
+# all of it or none of it, and a restarted crawl resumes from exactly what was stored.
+#
+# `admitted` on the job row counts the frontier rows that hold a slot of the crawl's `limit`
+# (queued or done); a failed page gives its slot back, as Firecrawl does. It is also the job's
+# `total` (completed + pending).
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import apsw
+import msgspec
+
+from daemon.store import one
+
+
+class FrontierEntry(msgspec.Struct, frozen=True, array_like=True):
+    n: int
+    url: str
+    depth: int
+
+
+class CrawlJobRow(msgspec.Struct, frozen=True):
+    job_id: str
+    kind: str
+    url: str
+    plan: bytes
+    kicked_off: bool
+    created_ms: int
+
+
+def insert_job(conn: apsw.Connection, job_id: str, kind: str, url: str, plan: bytes) -> None:
+    conn.execute(
+        "INSERT INTO crawl_jobs(job_id, kind, url, plan) VALUES (?, ?, ?, ?)",
+        (job_id, kind, url, plan),
+    )
+
+
+def get_job(conn: apsw.Connection, job_id: str) -> CrawlJobRow | None:
+    row = conn.execute(
+        "SELECT c.job_id, c.kind, c.url, c.plan, c.kicked_off, j.created_ms"
+        " FROM crawl_jobs c JOIN jobs j ON j.id = c.job_id WHERE c.job_id = ?",
+        (job_id,),
+    ).fetchone()
+    return None if row is None else _job_row(row)
+
+
+def _job_row(row: Any) -> CrawlJobRow:
+    job_id, kind, url, plan, kicked_off, created = row
+    return CrawlJobRow(job_id, kind, url, bytes(plan), bool(kicked_off), created)
+
+
+def running_jobs(conn: apsw.Connection, kind: str | None = None) -> list[CrawlJobRow]:
+    """Crawl and batch jobs still `scraping` (to resume after a restart, or list as active)."""
+    rows: list[Any] = conn.execute(
+        "SELECT c.job_id, c.kind, c.url, c.plan, c.kicked_off, j.created_ms"
+        " FROM crawl_jobs c JOIN jobs j ON j.id = c.job_id"
+        " WHERE j.status = 'scraping' AND (?1 IS NULL OR c.kind = ?1) ORDER BY j.created_ms",
+        (kind,),
+    ).fetchall()
+    return [_job_row(r) for r in rows]
+
+
+def set_kicked_off(conn: apsw.Connection, job_id: str) -> None:
+    conn.execute("UPDATE crawl_jobs SET kicked_off = 1 WHERE job_id = ?", (job_id,))
+
+
+def _next_n(conn: apsw.Connection, job_id: str) -> int:
+    (last,) = one(
+        conn, "SELECT coalesce(max(n), 0) FROM crawl_frontier WHERE job_id = ?", (job_id,)
+    )
+    return int(last) + 1
+
+
+def frontier_size(conn: apsw.Connection, job_id: str) -> int:
+    (count,) = one(conn, "SELECT count(*) FROM crawl_frontier WHERE job_id = ?", (job_id,))
+    return int(count)
+
+
+def admitted(conn: apsw.Connection, job_id: str) -> int:
+    """Frontier rows holding a slot of the limit: queued or done."""
+    (count,) = one(conn, "SELECT admitted FROM crawl_jobs WHERE job_id = ?", (job_id,))
+    return int(count)
+
+
+def admit(
+    conn: apsw.Connection,
+    job_id: str,
+    candidates: Iterable[tuple[str, str, int]],
+    room: int,
+) -> list[FrontierEntry]:
+    """Queue (key, url, depth) candidates whose key the job has not seen, at most `room` of them;
+    returns the rows queued, in order."""
+    out: list[FrontierEntry] = []
+    if room <= 0:
+        return out
+    n = _next_n(conn, job_id)
+    for key, url, depth in candidates:
+        conn.execute(
+            "INSERT OR IGNORE INTO crawl_frontier(job_id, n, key, url, depth, state)"
+            " VALUES (?, ?, ?, ?, ?, 'queued')",
+            (job_id, n, key, url, depth),
+        )
+        if conn.changes():
+            out.append(FrontierEntry(n, url, depth))
+            n += 1
+            if len(out) >= room:
+                break
+    _count(conn, job_id, len(out))
+    return out
+
+
+def _count(conn: apsw.Connection, job_id: str, change: int) -> None:
+    if change:
+        conn.execute(
+            "UPDATE crawl_jobs SET admitted = admitted + ? WHERE job_id = ?", (change, job_id)
+        )
+
+
+def queued(conn: apsw.Connection, job_id: str, after_n: int, limit: int) -> list[FrontierEntry]:
+    """Queued rows after position `after_n`, in discovery order."""
+    rows: list[Any] = conn.execute(
+        "SELECT n, url, depth FROM crawl_frontier WHERE job_id = ? AND state = 'queued' AND n > ?"
+        " ORDER BY n LIMIT ?",
+        (job_id, after_n, limit),
+    ).fetchall()
+    return [FrontierEntry(*r) for r in rows]
+
+
+def set_state(conn: apsw.Connection, job_id: str, n: int, state: str) -> None:
+    """Move a queued row to done, failed or skipped (the last two give its slot back)."""
+    conn.execute(
+        "UPDATE crawl_frontier SET state = ? WHERE job_id = ? AND n = ? AND state = 'queued'",
+        (state, job_id, n),
+    )
+    if conn.changes() and state != "done":
+        _count(conn, job_id, -1)
+
+
+def claim_target(conn: apsw.Connection, job_id: str, key: str, url: str, depth: int) -> bool:
+    """A page was redirected to a URL with dedupe key `key`: lock it for this page. False when
+    another page already produced (or is producing) it; a queued duplicate is dropped."""
+    row = conn.execute(
+        "SELECT n, state FROM crawl_frontier WHERE job_id = ? AND key = ?", (job_id, key)
+    ).fetchone()
+    if row is None:
+        conn.execute(
+            "INSERT INTO crawl_frontier(job_id, n, key, url, depth, state)"
+            " VALUES (?, ?, ?, ?, ?, 'skipped')",
+            (job_id, _next_n(conn, job_id), key, url, depth),
+        )
+        return True
+    n, state = row
+    if state == "queued":
+        set_state(conn, job_id, n, "skipped")
+        return True
+    return False
+
+
+def state_of(conn: apsw.Connection, job_id: str, n: int) -> str | None:
+    row = conn.execute(
+        "SELECT state FROM crawl_frontier WHERE job_id = ? AND n = ?", (job_id, n)
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def add_robots_blocked(conn: apsw.Connection, job_id: str, urls: Iterable[str]) -> list[str]:
+    """Remember URLs robots.txt refused; returns those not seen before."""
+    new = []
+    for url in urls:
+        conn.execute(
+            "INSERT OR IGNORE INTO crawl_robots_blocked(job_id, url) VALUES (?, ?)", (job_id, url)
+        )
+        if conn.changes():
+            new.append(url)
+    return new
+
+
+def robots_blocked(conn: apsw.Connection, job_id: str, limit: int = 10_000) -> list[str]:
+    rows: list[Any] = conn.execute(
+        "SELECT url FROM crawl_robots_blocked WHERE job_id = ? ORDER BY url LIMIT ?",
+        (job_id, limit),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def purge_frontier(conn: apsw.Connection, job_id: str, chunk: int) -> bool:
+    """Delete up to `chunk` frontier rows of a finished job; True once none are left."""
+    conn.execute(
+        "DELETE FROM crawl_frontier WHERE job_id = ? AND n IN"
+        " (SELECT n FROM crawl_frontier WHERE job_id = ? ORDER BY n LIMIT ?)",
+        (job_id, job_id, chunk),
+    )
+    return conn.changes() < chunk
+
+
+def idempotent_job(conn: apsw.Connection, key: str, since_ms: int) -> str | None:
+    """The job a start request with this idempotency key created after `since_ms`."""
+    row = conn.execute(
+        "SELECT job_id FROM crawl_idempotency WHERE key = ? AND created_ms > ?", (key, since_ms)
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def remember_idempotency(
+    conn: apsw.Connection, key: str, job_id: str, at_ms: int, forget_before_ms: int
+) -> None:
+    conn.execute("DELETE FROM crawl_idempotency WHERE created_ms <= ?", (forget_before_ms,))
+    conn.execute(
+        "INSERT OR REPLACE INTO crawl_idempotency(key, job_id, created_ms) VALUES (?, ?, ?)",
+        (key, job_id, at_ms),
+    )

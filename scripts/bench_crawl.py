@@ -1,0 +1,316 @@
+"""Crawl throughput and memory: crawld next to Scrapy on the same local site, same concurrency.
+
+The generated site (`python -m daemon.fakes.site --pages N`) runs in its own process. Each round
+runs, one after the other (interleaved, so machine load hits both alike):
+
+- crawld: a fresh `crawld run` process; POST /v2/crawl of the site's page tree (robots.txt
+  honoured, links followed, every page turned into a markdown document stored in SQLite and
+  counted), timed from the POST to status `completed`; peak RSS of the process (VmHWM).
+- Scrapy: a minimal spider in its own process that imports nothing from `daemon`: robots.txt
+  honoured, the same concurrency, and per page only the extraction of `<a href>` links (no
+  markdown, no storage) - the fastest reasonable baseline for "crawl the site".
+
+Then the frontier figure: crawld's RSS once 100,000 URLs are queued, found on 100 hub pages of
+1,000 links each, and on one page linking all 100,000 (the worst case: one huge page in memory).
+
+Scrapy is not a dependency of crawld: install it in a separate virtualenv and pass its python,
+e.g. `python3.11 -m venv /tmp/scrapy-venv && /tmp/scrapy-venv/bin/pip install scrapy==2.19.0`.
+
+Usage: flock /tmp/crawld-heavy.lock .venv/bin/python scripts/bench_crawl.py
+       --scrapy-python /tmp/scrapy-venv/bin/python [--pages 5000] [--concurrency 16] [--rounds 3]
+       [--frontier 100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SPIDER = textwrap.dedent(
+    """
+    import json, resource, sys, time
+    import scrapy
+    from scrapy.crawler import CrawlerProcess
+
+    start, concurrency = sys.argv[1], int(sys.argv[2])
+    stats = {"pages": 0}
+
+    class TreeSpider(scrapy.Spider):
+        name = "tree"
+
+        async def start(self):
+            stats["t0"] = time.perf_counter()
+            yield scrapy.Request(start)
+
+        def parse(self, response):
+            stats["pages"] += 1
+            for href in response.css("a::attr(href)").getall():
+                url = response.urljoin(href)
+                if "/pages/" in url:
+                    yield scrapy.Request(url)
+
+        def closed(self, reason):
+            stats["t1"] = time.perf_counter()
+
+    process = CrawlerProcess(settings={
+        "CONCURRENT_REQUESTS": concurrency,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": concurrency,
+        "ROBOTSTXT_OBEY": True,
+        "LOG_LEVEL": "ERROR",
+        "TELNETCONSOLE_ENABLED": False,
+        "USER_AGENT": "scrapy-bench FirecrawlAgent",
+    })
+    process.crawl(TreeSpider)
+    process.start()
+    maxrss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"pages": stats["pages"], "seconds": stats["t1"] - stats["t0"],
+                      "rss_mib": maxrss_kib / 1024}))
+    """
+)
+
+HUB = textwrap.dedent(
+    """
+    import http.server, sys
+    count, per_page = int(sys.argv[2]), int(sys.argv[3])
+    def links(urls):
+        return ("<html><body>" + "".join(f'<a href="{u}">{u}</a>' for u in urls)
+                + "</body></html>").encode()
+    hubs = range((count + per_page - 1) // per_page)
+    top = links(f"/hub/{k}" for k in hubs)
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path == "/hub":
+                body = top
+            elif self.path.startswith("/hub/"):
+                k = int(self.path[5:])
+                body = links(f"/p/{i}" for i in range(k * per_page, min(count, (k + 1) * per_page)))
+            else:
+                body = b"<html><body>page</body></html>"
+            if self.path == "/robots.txt":
+                self.send_response(404); self.end_headers(); return
+            self.send_response(200)
+            self.send_header("content-type", "text/html")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        def log_message(self, *args):
+            pass
+    http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+    """
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_up(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            httpx.get(url, timeout=2, trust_env=False)
+            return
+        except httpx.TransportError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def proc_status(pid: int, field: str) -> float:
+    """A /proc/PID/status memory field (VmRSS, VmHWM) in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise LookupError(field)
+
+
+class Crawld:
+    """A crawld process with a fresh state directory."""
+
+    def __init__(self, concurrency: int) -> None:
+        self.tmp = tempfile.TemporaryDirectory(prefix="bench-crawl-")
+        self.port = free_port()
+        config = Path(self.tmp.name) / "crawld.toml"
+        config.write_text(
+            textwrap.dedent(f"""
+            [daemon]
+            state_dir = "state"
+            log_level = "warning"
+            [http]
+            bind = "127.0.0.1:{self.port}"
+            [collector]
+            enabled = false
+            [crawl]
+            allow_cidrs = ["127.0.0.0/8"]
+            concurrency = {concurrency}
+            per_host_concurrency = {concurrency}
+            """)
+        )
+        env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "daemon", "run", "--config", str(config)], cwd=ROOT, env=env
+        )
+        self.base = f"http://127.0.0.1:{self.port}"
+        wait_up(self.base + "/healthz")
+        self.client = httpx.Client(base_url=self.base, trust_env=False, timeout=60)
+
+    def start(self, body: dict) -> str:
+        answer = self.client.post("/v2/crawl", json=body)
+        answer.raise_for_status()
+        return str(answer.json()["id"])
+
+    def status(self, job_id: str) -> dict:
+        return self.client.get(f"/v2/crawl/{job_id}", params={"limit": 1}).json()
+
+    def close(self) -> None:
+        self.client.close()
+        self.proc.terminate()
+        self.proc.wait(30)
+        self.tmp.cleanup()
+
+
+def crawld_round(site: str, concurrency: int, pages: int) -> tuple[float, float, int]:
+    daemon = Crawld(concurrency)
+    try:
+        t0 = time.perf_counter()
+        job = daemon.start({"url": f"{site}/pages/0", "sitemap": "skip", "limit": pages,
+                            "crawlEntireDomain": True, "includePaths": ["^/pages/"],
+                            "maxConcurrency": concurrency})  # fmt: skip
+        while (status := daemon.status(job))["status"] == "scraping":
+            time.sleep(0.05)
+        seconds = time.perf_counter() - t0
+        rss = proc_status(daemon.proc.pid, "VmHWM")
+    finally:
+        daemon.close()
+    return status["completed"] / seconds, rss, status["completed"]
+
+
+def scrapy_round(
+    python: str, spider: Path, site: str, concurrency: int
+) -> tuple[float, float, int]:
+    out = subprocess.run(
+        [python, str(spider), f"{site}/pages/0", str(concurrency)],
+        capture_output=True, text=True, check=True, cwd=spider.parent,
+    )  # fmt: skip
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return result["pages"] / result["seconds"], result["rss_mib"], result["pages"]
+
+
+def frontier_rss(count: int, per_page: int) -> tuple[float, float, int]:
+    """crawld's RSS once `count` URLs are queued, found on hub pages of `per_page` links each
+    (the hub pages come first in the frontier, so their links are all queued before the first
+    of them is fetched)."""
+    port = free_port()
+    hub = subprocess.Popen([sys.executable, "-c", HUB, str(port), str(count), str(per_page)])
+    daemon = Crawld(4)
+    hubs = (count + per_page - 1) // per_page
+    try:
+        wait_up(f"http://127.0.0.1:{port}/robots.txt")
+        idle = proc_status(daemon.proc.pid, "VmRSS")
+        job = daemon.start({"url": f"http://127.0.0.1:{port}/hub", "sitemap": "skip",
+                            "limit": count + hubs + 1, "crawlEntireDomain": True,
+                            "maxConcurrency": 1})  # fmt: skip
+        deadline = time.monotonic() + 300
+        while (status := daemon.status(job))["total"] < count + hubs + 1:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"frontier reached only {status['total']} URLs")
+            time.sleep(0.1)
+        rss = proc_status(daemon.proc.pid, "VmRSS")
+        daemon.client.delete(f"/v2/crawl/{job}")
+    finally:
+        daemon.close()
+        hub.terminate()
+        hub.wait(10)
+    return idle, rss, status["total"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scrapy-python", required=True, help="python of a venv with scrapy")
+    parser.add_argument("--pages", type=int, default=5000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=3, help="0: only the frontier figure")
+    parser.add_argument("--frontier", type=int, default=100_000)
+    args = parser.parse_args()
+
+    site_port = free_port()
+    site = f"http://127.0.0.1:{site_port}"
+    site_proc = subprocess.Popen(
+        [sys.executable, "-m", "daemon.fakes.site", "--bind", f"127.0.0.1:{site_port}",
+         "--pages", str(args.pages)],
+        cwd=ROOT, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    ours: list[tuple[float, float, int]] = []
+    theirs: list[tuple[float, float, int]] = []
+    try:
+        wait_up(site + "/robots.txt")
+        with tempfile.TemporaryDirectory(prefix="bench-scrapy-") as tmp:
+            spider = Path(tmp) / "spider.py"
+            spider.write_text(SPIDER)
+            for r in range(args.rounds):
+                ours.append(crawld_round(site, args.concurrency, args.pages))
+                theirs.append(scrapy_round(args.scrapy_python, spider, site, args.concurrency))
+                print(f"round {r + 1}: crawld {ours[-1][0]:.0f} pages/s ({ours[-1][2]} pages), "
+                      f"scrapy {theirs[-1][0]:.0f} pages/s ({theirs[-1][2]} pages)")  # fmt: skip
+    finally:
+        site_proc.terminate()
+        site_proc.wait(10)
+
+    if ours:
+        report(args, ours, theirs)
+    if args.frontier:
+        print()
+        for per_page in (1000, args.frontier):
+            idle, rss, total = frontier_rss(args.frontier, per_page)
+            print(
+                f"frontier of {total} URLs, {per_page} links per page: crawld RSS {rss:.0f} MiB "
+                f"(idle {idle:.0f} MiB, +{rss - idle:.0f} MiB)"
+            )
+    return 0
+
+
+def report(
+    args: argparse.Namespace,
+    ours: list[tuple[float, float, int]],
+    theirs: list[tuple[float, float, int]],
+) -> None:
+    rate = statistics.median(r[0] for r in ours)
+    base = statistics.median(r[0] for r in theirs)
+    print(
+        f"\n{args.pages}-page site, concurrency {args.concurrency}, {args.rounds} rounds (medians)"
+    )
+    print(
+        f"  crawld (markdown documents stored): {rate:8.0f} pages/s   "
+        f"peak RSS {statistics.median(r[1] for r in ours):6.0f} MiB"
+    )
+    print(
+        f"  scrapy (links only)               : {base:8.0f} pages/s   "
+        f"peak RSS {statistics.median(r[1] for r in theirs):6.0f} MiB"
+    )
+    print(f"  ratio crawld / scrapy             : {rate / base:8.2f}x")
+    if args.frontier:
+        idle, rss, total = frontier_rss(args.frontier)
+        print(
+            f"\nfrontier of {total} URLs: crawld RSS {rss:.0f} MiB (idle {idle:.0f} MiB, "
+            f"+{rss - idle:.0f} MiB)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,115 @@
+"""A whole crawld (default installers, real HTTP) with loopback allowed for crawls, the generated
+site on 127.0.0.1 answering for site.test names, and firecrawl-py clients pointed at crawld."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+import trio
+from firecrawl import Firecrawl
+
+from daemon import config
+from daemon.app import Daemon, run_daemon
+from daemon.crawl.service import CrawlService
+from daemon.fakes.receiver import WebhookReceiver, open_receiver
+from daemon.fakes.site import SiteSim, host_map_resolver, serve_site
+from daemon.systemd import Notifier
+
+T = TypeVar("T")
+
+CONFIG = """
+[daemon]
+state_dir = "state"
+[http]
+bind = "127.0.0.1:0"
+[collector]
+enabled = false
+[webhooks]
+timeout = "500ms"
+retry_schedule = ["10ms", "20ms"]
+allow_cidrs = ["127.0.0.0/8"]
+[crawl]
+allow_cidrs = ["127.0.0.0/8"]
+page_timeout = "5s"
+concurrency = 8
+"""
+
+
+@pytest.fixture
+async def site(nursery: trio.Nursery) -> AsyncIterator[SiteSim]:
+    sim = SiteSim(pages=150, slow_seconds=0.2, large_bytes=64 * 1024)
+    stop = trio.Event()
+    await nursery.start(functools.partial(serve_site, sim, shutdown=stop))
+    yield sim
+    stop.set()
+
+
+@pytest.fixture
+def crawl_config() -> str:
+    return CONFIG
+
+
+@pytest.fixture
+async def daemon(tmp_path: Path, nursery: trio.Nursery, crawl_config: str) -> AsyncIterator[Daemon]:
+    path = tmp_path / "crawld.toml"
+    path.write_text(crawl_config)
+    cfg = config.load(path)
+
+    async def runner(task_status: trio.TaskStatus[Daemon]) -> None:
+        await run_daemon(cfg, notifier=Notifier(None), task_status=task_status)
+
+    running: Daemon = await nursery.start(runner)
+    service: CrawlService = running.parts["crawl"]
+    service.configure(service.config, resolver=host_map_resolver())
+    yield running
+    running.request_stop()
+
+
+@pytest.fixture
+def base_url(daemon: Daemon) -> str:
+    assert daemon.http_address is not None
+    host, port = daemon.http_address
+    return f"http://{host}:{port}"
+
+
+@pytest.fixture
+async def client(base_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=base_url, trust_env=False, timeout=30) as c:
+        yield c
+
+
+@pytest.fixture
+def fc(base_url: str) -> Firecrawl:
+    return Firecrawl(api_url=base_url)
+
+
+@pytest.fixture
+async def rx() -> AsyncIterator[WebhookReceiver]:
+    async with open_receiver() as receiver:
+        yield receiver
+
+
+async def wait_finished(client: httpx.AsyncClient, job_id: str, kind: str = "crawl") -> str:
+    """Poll the job's status until it is final; returns it."""
+    path = f"/v2/crawl/{job_id}" if kind == "crawl" else f"/v2/batch/scrape/{job_id}"
+    with trio.fail_after(30):
+        while True:
+            body = (await client.get(path, params={"limit": 1})).json()
+            if body["status"] != "scraping":
+                return str(body["status"])
+            await trio.sleep(0.02)
+
+
+@pytest.fixture
+def sdk() -> Callable[..., Awaitable[Any]]:
+    """`await sdk(fc.method, *args, **kw)`: a blocking SDK call in a worker thread."""
+
+    async def call(fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        return await trio.to_thread.run_sync(functools.partial(fn, *args, **kw))
+
+    return call
