@@ -498,27 +498,16 @@ class Tracker:
         now = self.clock()
 
         def complete(conn: apsw.Connection) -> list[tuple[str, int]]:
-            done: list[tuple[str, int]] = []
-            for sid, aid, type_, planned in group:
-                stat = stats.get(aid)
-                if stat is None:
-                    ts.finish(conn, [sid], "failed", now, "missing from the bulk answer")
-                    continue
-                previous = ts.latest(conn, aid)
-                current = rules.Snap(at_ms, stat.views)
-                if ts.insert_snapshot(conn, aid, at_ms, stat):
-                    eta = rules.bulk_eta(previous, current)
-                    if eta is not None:
-                        ts.upsert_eta(conn, aid, eta[0], eta[1], stat.views, now)
-                ts.finish(conn, [sid], "completed", now)
-                if type_ != "archive":
-                    newest = (
-                        current if previous is None or current.at_ms >= previous.at_ms else previous
-                    )
-                    hours = ts.regular_interval_hours(conn, aid, now, newest)
-                    self._schedule(conn, aid, "normal", now + int(hours * rules.HOUR), now)
-                done.append((type_, max(at_ms - planned, 0)))
-            return done
+            return ts.complete_bulk(
+                conn,
+                group,
+                stats,
+                at_ms,
+                now,
+                capacity=self.config.window_capacity,
+                rng=self.rng,
+                window=self._window_stored,
+            )
 
         for type_, lag in await self.store.write(complete):
             metrics.snapshots.labels(type_).inc()
