@@ -208,17 +208,14 @@ def busy_aids(conn: apsw.Connection, aids: Iterable[int]) -> set[int]:
 
 def claim(conn: apsw.Connection, ids: Sequence[int], now_ms: int) -> list[Due]:
     """Mark pending schedules processing (by schedule id); returns the rows it claimed."""
-    claimed: list[Due] = []
-    for sid in ids:
-        row = _first(
-            conn,
-            "UPDATE tracker_schedules SET status = 'processing', started_ms = ?"
-            " WHERE id = ? AND status = 'pending' RETURNING id, aid, type, planned_ms",
-            (now_ms, sid),
-        )
-        if row is not None:
-            claimed.append(row)
-    return claimed
+    if not ids:
+        return []
+    rows = conn.executemany(
+        "UPDATE tracker_schedules SET status = 'processing', started_ms = ?"
+        " WHERE id = ? AND status = 'pending' RETURNING id, aid, type, planned_ms",
+        [(now_ms, sid) for sid in ids],
+    )
+    return [(sid, aid, type_, planned) for sid, aid, type_, planned in rows]
 
 
 def finish(
