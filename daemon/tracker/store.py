@@ -522,12 +522,17 @@ def _chain_normal(
             binds,
         )
     }
+    lacking = [(aid, at) for aid, at in binds if aid not in before]  # regular_base's fallback
     after = {
         aid: Snap(at, views)
-        for aid, at, views in conn.executemany(
-            "SELECT ?1, at_ms, views FROM tracker_snapshots WHERE aid = ?1 AND at_ms > ?2"
-            " ORDER BY at_ms LIMIT 1",
-            binds,
+        for aid, at, views in (
+            conn.executemany(
+                "SELECT ?1, at_ms, views FROM tracker_snapshots WHERE aid = ?1 AND at_ms > ?2"
+                " ORDER BY at_ms LIMIT 1",
+                lacking,
+            )
+            if lacking
+            else ()
         )
     }
     active = {
