@@ -325,23 +325,19 @@ def without_active(
 # ---- snapshots --------------------------------------------------------------------------------
 
 
+_SNAPSHOT_INSERT = (
+    "INSERT OR IGNORE INTO tracker_snapshots(aid, at_ms, views, danmakus, replies, likes,"
+    " coins, shares, favorites) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _snapshot_row(aid: int, at_ms: int, s: Stat) -> tuple[int, ...]:
+    return (aid, at_ms, s.views, s.danmakus, s.replies, s.likes, s.coins, s.shares, s.favorites)
+
+
 def insert_snapshot(conn: apsw.Connection, aid: int, at_ms: int, stat: Stat) -> bool:
     """Store a snapshot (the latest one follows by trigger); False if one exists at that ms."""
-    conn.execute(
-        "INSERT OR IGNORE INTO tracker_snapshots(aid, at_ms, views, danmakus, replies, likes,"
-        " coins, shares, favorites) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            aid,
-            at_ms,
-            stat.views,
-            stat.danmakus,
-            stat.replies,
-            stat.likes,
-            stat.coins,
-            stat.shares,
-            stat.favorites,
-        ),
-    )
+    conn.execute(_SNAPSHOT_INSERT, _snapshot_row(aid, at_ms, stat))
     return conn.changes() == 1
 
 
@@ -407,12 +403,6 @@ _ETA_UPSERT = (
 )
 
 
-_SNAPSHOT_INSERT = (
-    "INSERT OR IGNORE INTO tracker_snapshots(aid, at_ms, views, danmakus, replies, likes,"
-    " coins, shares, favorites) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-
-
 def _in(count: int) -> str:
     return "(" + ",".join("?" * count) + ")"
 
@@ -468,19 +458,7 @@ def complete_bulk(
         current = Snap(at_ms, stat.views)
         if aid not in stored:
             stored.add(aid)
-            snapshot_rows.append(
-                (
-                    aid,
-                    at_ms,
-                    stat.views,
-                    stat.danmakus,
-                    stat.replies,
-                    stat.likes,
-                    stat.coins,
-                    stat.shares,
-                    stat.favorites,
-                )
-            )
+            snapshot_rows.append(_snapshot_row(aid, at_ms, stat))
             if previous is None or at_ms >= previous.at_ms:
                 latest_of[aid] = current
             eta = rules.bulk_eta(previous, current)
