@@ -15,7 +15,7 @@ import contextlib
 import functools
 import random
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -86,11 +86,17 @@ class TrackerStats:
     last_runs: dict[str, int] = field(default_factory=dict)
 
     def record_lag(self, type_: str, at_ms: int, lag_ms: int) -> None:
+        self.record_lags(type_, at_ms, (lag_ms,))
+
+    def record_lags(self, type_: str, at_ms: int, lags_ms: Iterable[int]) -> None:
+        """Lags of snapshots of one type stored at `at_ms` (and into the lag histogram)."""
         samples = self.lags.setdefault(type_, deque())
-        samples.append((at_ms, lag_ms))
+        histogram = metrics.schedule_lag.labels(type_)
+        for lag_ms in lags_ms:
+            samples.append((at_ms, lag_ms))
+            histogram.observe(lag_ms / 1000)
         while samples and samples[0][0] < at_ms - LAG_WINDOW_MS:
             samples.popleft()
-        metrics.schedule_lag.labels(type_).observe(lag_ms / 1000)
 
     def lag_summary(self, now_ms: int) -> dict[str, dict[str, Any]]:
         out = {}
@@ -498,31 +504,23 @@ class Tracker:
         now = self.clock()
 
         def complete(conn: apsw.Connection) -> list[tuple[str, int]]:
-            done: list[tuple[str, int]] = []
-            for sid, aid, type_, planned in group:
-                stat = stats.get(aid)
-                if stat is None:
-                    ts.finish(conn, [sid], "failed", now, "missing from the bulk answer")
-                    continue
-                previous = ts.latest(conn, aid)
-                current = rules.Snap(at_ms, stat.views)
-                if ts.insert_snapshot(conn, aid, at_ms, stat):
-                    eta = rules.bulk_eta(previous, current)
-                    if eta is not None:
-                        ts.upsert_eta(conn, aid, eta[0], eta[1], stat.views, now)
-                ts.finish(conn, [sid], "completed", now)
-                if type_ != "archive":
-                    newest = (
-                        current if previous is None or current.at_ms >= previous.at_ms else previous
-                    )
-                    hours = ts.regular_interval_hours(conn, aid, now, newest)
-                    self._schedule(conn, aid, "normal", now + int(hours * rules.HOUR), now)
-                done.append((type_, max(at_ms - planned, 0)))
-            return done
+            return ts.complete_bulk(
+                conn,
+                group,
+                stats,
+                at_ms,
+                now,
+                capacity=self.config.window_capacity,
+                rng=self.rng,
+                window=self._window_stored,
+            )
 
+        by_type: dict[str, list[int]] = {}
         for type_, lag in await self.store.write(complete):
-            metrics.snapshots.labels(type_).inc()
-            self.stats.record_lag(type_, now, lag)
+            by_type.setdefault(type_, []).append(lag)
+        for type_, lags in by_type.items():
+            metrics.snapshots.labels(type_).inc(len(lags))
+            self.stats.record_lags(type_, now, lags)
         for aid in dict.fromkeys(r[1] for r in group if r[1] not in stats):
             await self.confirm_gone(aid)
         return "completed"

@@ -346,6 +346,34 @@ def windowed_time_ms(
     return max(target_ms, now_ms)
 
 
+def place_in_windows(
+    targets_ms: Sequence[int],
+    now_ms: int,
+    *,
+    window_ms: int,
+    fill: dict[int, int],
+    capacity: int,
+    rng: random.Random,
+    horizon_ms: int = WINDOW_HORIZON_MS,
+) -> list[int]:
+    """Planned times of throttled schedules placed one after the other (windowed_time_ms each),
+    every placement counting in its window for the next ones, as if each were inserted before
+    the next was placed. `fill` maps window indexes to their pending schedules (windows that
+    cannot fill up within these placements may be missing); it is updated in place."""
+    full = {w for w, n in fill.items() if n >= capacity}
+    planned = []
+    for target in targets_ms:
+        at = windowed_time_ms(
+            target, now_ms, window_ms=window_ms, full=full, rng=rng, horizon_ms=horizon_ms
+        )
+        win = window_of(at, window_ms)
+        fill[win] = fill.get(win, 0) + 1
+        if fill[win] >= capacity:
+            full.add(win)
+        planned.append(at)
+    return planned
+
+
 # ---- errors ---------------------------------------------------------------------------------
 
 BULK_ERROR_RETRY_MS = 15 * SECOND

@@ -8,10 +8,16 @@
 # they change in the very statement that changes the row. The due query of the ticks reads a
 # partial covering index over pending rows only, one range scan per type, so its cost does not
 # grow with the millions of finished rows behind it.
+#
+# The bulk path's completion (complete_bulk) is the writer's hottest transaction: it runs one
+# statement or executemany per kind of row for the whole group of 30 rather than several calls
+# per schedule, and places the chained schedules in their windows in Python (rules.
+# place_in_windows) from one read of the window counts, so the cost per snapshot is mostly
+# SQLite's own, not Python's or the GIL's.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -79,6 +85,18 @@ def window_fill(conn: apsw.Connection, first: int, count: int) -> dict[int, int]
         conn,
         "SELECT win, pending FROM tracker_windows WHERE win >= ? AND win < ? AND pending > 0",
         (first, first + count),
+    )
+    return {w: n for w, n in rows}
+
+
+def window_fill_at_least(
+    conn: apsw.Connection, first: int, last: int, least: int
+) -> dict[int, int]:
+    """Pending schedules of the windows in [first, last] holding at least `least` (≥ 1)."""
+    rows = _all(
+        conn,
+        "SELECT win, pending FROM tracker_windows WHERE win BETWEEN ? AND ? AND pending >= ?",
+        (first, last, max(least, 1)),
     )
     return {w: n for w, n in rows}
 
@@ -190,17 +208,14 @@ def busy_aids(conn: apsw.Connection, aids: Iterable[int]) -> set[int]:
 
 def claim(conn: apsw.Connection, ids: Sequence[int], now_ms: int) -> list[Due]:
     """Mark pending schedules processing (by schedule id); returns the rows it claimed."""
-    claimed: list[Due] = []
-    for sid in ids:
-        row = _first(
-            conn,
-            "UPDATE tracker_schedules SET status = 'processing', started_ms = ?"
-            " WHERE id = ? AND status = 'pending' RETURNING id, aid, type, planned_ms",
-            (now_ms, sid),
-        )
-        if row is not None:
-            claimed.append(row)
-    return claimed
+    if not ids:
+        return []
+    rows = conn.executemany(
+        "UPDATE tracker_schedules SET status = 'processing', started_ms = ?"
+        " WHERE id = ? AND status = 'pending' RETURNING id, aid, type, planned_ms",
+        [(now_ms, sid) for sid in ids],
+    )
+    return [(sid, aid, type_, planned) for sid, aid, type_, planned in rows]
 
 
 def finish(
@@ -210,15 +225,14 @@ def finish(
     (a row deleted by cleanup meanwhile is not recreated)."""
     if status not in rules.SCHEDULE_STATUSES or status in rules.ACTIVE_STATUSES:
         raise ValueError(f"{status!r} is not a final schedule status")
-    changed = 0
-    for sid in ids:
-        conn.execute(
-            "UPDATE tracker_schedules SET status = ?, finished_ms = ?, error = ?"
-            " WHERE id = ? AND status = 'processing'",
-            (status, now_ms, error, sid),
-        )
-        changed += conn.changes()
-    return changed
+    if not ids:
+        return 0
+    changed = conn.executemany(
+        "UPDATE tracker_schedules SET status = ?, finished_ms = ?, error = ?"
+        " WHERE id = ? AND status = 'processing' RETURNING id",
+        [(status, now_ms, error, sid) for sid in ids],
+    )
+    return len(changed.fetchall())
 
 
 def recover_processing(conn: apsw.Connection, now_ms: int) -> int:
@@ -311,23 +325,19 @@ def without_active(
 # ---- snapshots --------------------------------------------------------------------------------
 
 
+_SNAPSHOT_INSERT = (
+    "INSERT OR IGNORE INTO tracker_snapshots(aid, at_ms, views, danmakus, replies, likes,"
+    " coins, shares, favorites) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _snapshot_row(aid: int, at_ms: int, s: Stat) -> tuple[int, ...]:
+    return (aid, at_ms, s.views, s.danmakus, s.replies, s.likes, s.coins, s.shares, s.favorites)
+
+
 def insert_snapshot(conn: apsw.Connection, aid: int, at_ms: int, stat: Stat) -> bool:
     """Store a snapshot (the latest one follows by trigger); False if one exists at that ms."""
-    conn.execute(
-        "INSERT OR IGNORE INTO tracker_snapshots(aid, at_ms, views, danmakus, replies, likes,"
-        " coins, shares, favorites) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (
-            aid,
-            at_ms,
-            stat.views,
-            stat.danmakus,
-            stat.replies,
-            stat.likes,
-            stat.coins,
-            stat.shares,
-            stat.favorites,
-        ),
-    )
+    conn.execute(_SNAPSHOT_INSERT, _snapshot_row(aid, at_ms, stat))
     return conn.changes() == 1
 
 
@@ -383,11 +393,155 @@ def regular_interval_hours(
 def upsert_eta(
     conn: apsw.Connection, aid: int, eta_hours: float, speed: float, views: int, now_ms: int
 ) -> None:
-    conn.execute(
-        "INSERT INTO tracker_eta(aid, eta_hours, speed, views, updated_ms) VALUES (?, ?, ?, ?, ?)"
-        " ON CONFLICT(aid) DO UPDATE SET eta_hours = excluded.eta_hours,"
-        " speed = excluded.speed, views = excluded.views, updated_ms = excluded.updated_ms",
-        (aid, min(eta_hours, 1e300), speed, views, now_ms),
+    conn.execute(_ETA_UPSERT, (aid, min(eta_hours, 1e300), speed, views, now_ms))
+
+
+_ETA_UPSERT = (
+    "INSERT INTO tracker_eta(aid, eta_hours, speed, views, updated_ms) VALUES (?, ?, ?, ?, ?)"
+    " ON CONFLICT(aid) DO UPDATE SET eta_hours = excluded.eta_hours,"
+    " speed = excluded.speed, views = excluded.views, updated_ms = excluded.updated_ms"
+)
+
+
+def _in(count: int) -> str:
+    return "(" + ",".join("?" * count) + ")"
+
+
+def complete_bulk(
+    conn: apsw.Connection,
+    group: Sequence[Due],
+    stats: Mapping[int, Stat],
+    at_ms: int,
+    now_ms: int,
+    *,
+    capacity: int,
+    rng: random.Random,
+    window: int | None = None,
+) -> list[tuple[str, int]]:
+    """Store one bulk answer (taken at `at_ms`) for a group of claimed schedules, in the
+    caller's transaction: per schedule the snapshot, the ETA row (from the previous snapshot),
+    the schedule completed, and, unless it is an archive one, the next normal schedule at the
+    regular interval placed in the first window with room (schedule_snapshot's rules; an aid
+    with an active normal schedule keeps it). A schedule whose aid is missing from `stats`
+    fails. Returns (type, lag ms) of each completed schedule.
+
+    The work is set-based: one statement (or one executemany) per kind for the whole group, the
+    per-row decisions made in Python over what those reads returned, in group order, exactly as
+    if each schedule were completed by itself one after the other."""
+    aids = list(dict.fromkeys(aid for _, aid, _, _ in group if aid in stats))
+    latest_of: dict[int, Snap] = {}
+    stored: set[int] = set()
+    if aids:
+        for aid, at, views in conn.execute(
+            f"SELECT aid, at_ms, views FROM tracker_latest WHERE aid IN {_in(len(aids))}", aids
+        ):
+            latest_of[aid] = Snap(at, views)
+        stored = {
+            r[0]
+            for r in conn.execute(
+                f"SELECT aid FROM tracker_snapshots WHERE aid IN {_in(len(aids))} AND at_ms = ?",
+                (*aids, at_ms),
+            )
+        }
+    snapshot_rows: list[tuple[int, ...]] = []
+    eta_rows: list[tuple[Any, ...]] = []
+    completed: list[int] = []
+    failed: list[int] = []
+    chain: list[tuple[int, Snap]] = []
+    done: list[tuple[str, int]] = []
+    for sid, aid, type_, planned in group:
+        stat = stats.get(aid)
+        if stat is None:
+            failed.append(sid)
+            continue
+        previous = latest_of.get(aid)
+        current = Snap(at_ms, stat.views)
+        if aid not in stored:
+            stored.add(aid)
+            snapshot_rows.append(_snapshot_row(aid, at_ms, stat))
+            if previous is None or at_ms >= previous.at_ms:
+                latest_of[aid] = current
+            eta = rules.bulk_eta(previous, current)
+            if eta is not None:
+                eta_rows.append((aid, min(eta[0], 1e300), eta[1], stat.views, now_ms))
+        completed.append(sid)
+        if type_ != "archive":
+            newest = current if previous is None or current.at_ms >= previous.at_ms else previous
+            chain.append((aid, newest))
+        done.append((type_, max(at_ms - planned, 0)))
+    if snapshot_rows:
+        conn.executemany(_SNAPSHOT_INSERT, snapshot_rows)
+    if eta_rows:
+        conn.executemany(_ETA_UPSERT, eta_rows)
+    finish(conn, completed, "completed", now_ms)
+    finish(conn, failed, "failed", now_ms, "missing from the bulk answer")
+    if chain:
+        _chain_normal(conn, chain, now_ms, capacity=capacity, rng=rng, window=window)
+    return done
+
+
+def _chain_normal(
+    conn: apsw.Connection,
+    chain: Sequence[tuple[int, Snap]],
+    now_ms: int,
+    *,
+    capacity: int,
+    rng: random.Random,
+    window: int | None,
+) -> None:
+    """The next normal schedule of each (aid, its newest snapshot), at its regular interval."""
+    cut = now_ms - rules.REGULAR_LOOKBACK_MS
+    binds = [(aid, cut) for aid in dict.fromkeys(aid for aid, _ in chain)]
+    before = {
+        aid: Snap(at, views)
+        for aid, at, views in conn.executemany(
+            "SELECT ?1, at_ms, views FROM tracker_snapshots WHERE aid = ?1 AND at_ms <= ?2"
+            " ORDER BY at_ms DESC LIMIT 1",
+            binds,
+        )
+    }
+    lacking = [(aid, at) for aid, at in binds if aid not in before]  # regular_base's fallback
+    after = {
+        aid: Snap(at, views)
+        for aid, at, views in (
+            conn.executemany(
+                "SELECT ?1, at_ms, views FROM tracker_snapshots WHERE aid = ?1 AND at_ms > ?2"
+                " ORDER BY at_ms LIMIT 1",
+                lacking,
+            )
+            if lacking
+            else ()
+        )
+    }
+    active = {
+        r[0]
+        for r in conn.executemany(
+            "SELECT ?1 FROM tracker_schedules WHERE aid = ?1 AND type = 'normal'"
+            " AND status IN ('pending', 'processing') LIMIT 1",
+            [(aid,) for aid, _ in binds],
+        )
+    }
+    targets: list[tuple[int, int]] = []
+    for aid, newest in chain:
+        if aid in active:
+            continue
+        active.add(aid)
+        base = rules.regular_base(before.get(aid), after.get(aid))
+        hours = rules.regular_interval_hours(base, newest)
+        targets.append((aid, now_ms + int(hours * rules.HOUR)))
+    if not targets:
+        return
+    size = window or window_ms(conn)
+    first = rules.window_of(min(t for _, t in targets), size)
+    last = rules.window_of(max(t for _, t in targets), size) + rules.WINDOW_HORIZON_MS // size
+    fill = window_fill_at_least(conn, first, last, capacity - len(targets))
+    planned = rules.place_in_windows(
+        [t for _, t in targets], now_ms, window_ms=size, fill=fill, capacity=capacity, rng=rng
+    )
+    conn.executemany(
+        "INSERT INTO tracker_schedules(aid, type, planned_ms, created_ms)"
+        " VALUES (?, 'normal', ?, ?)",
+        [(aid, at, now_ms) for (aid, _), at in zip(targets, planned, strict=True)],
     )
 
 

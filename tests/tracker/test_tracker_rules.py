@@ -295,6 +295,44 @@ def test_windowed_time_gives_up_after_horizon() -> None:
     assert at // W == first + 14 * DAY // W - 1
 
 
+@pytest.mark.parametrize(
+    ("targets", "fill", "capacity", "windows"),
+    [
+        ([T0] * 3, {}, 2, [0, 0, 1]),
+        ([T0] * 3, {T0 // W: 1}, 2, [0, 1, 1]),
+        ([T0, T0 + W, T0], {T0 // W + 1: 1}, 2, [0, 1, 0]),
+        ([T0] * 2, {T0 // W: 5}, 2, [1, 1]),
+    ],
+)
+def test_place_in_windows(
+    targets: list[int], fill: dict[int, int], capacity: int, windows: list[int]
+) -> None:
+    counts = dict(fill)
+    placed = rules.place_in_windows(
+        targets, T0, window_ms=W, fill=counts, capacity=capacity, rng=random.Random(4)
+    )
+    assert [at // W - T0 // W for at in placed] == windows
+    for at in placed:
+        fill[at // W] = fill.get(at // W, 0) + 1
+    assert counts == fill
+
+
+def test_place_in_windows_is_windowed_time_one_after_another() -> None:
+    targets = [T0 + (i % 4) * W for i in range(40)]
+    fill = {T0 // W + 1: 2}
+    rng_a, rng_b = random.Random(8), random.Random(8)
+    placed = rules.place_in_windows(
+        targets, T0, window_ms=W, fill=dict(fill), capacity=5, rng=rng_a
+    )
+    one_by_one = []
+    for target in targets:
+        full = {w for w, n in fill.items() if n >= 5}
+        at = rules.windowed_time_ms(target, T0, window_ms=W, full=full, rng=rng_b)
+        fill[at // W] = fill.get(at // W, 0) + 1
+        one_by_one.append(at)
+    assert placed == one_by_one
+
+
 def test_retry_delays() -> None:
     assert rules.single_retry_ms("milestone") == 5 * SECOND
     assert rules.single_retry_ms("new") == 2 * MINUTE

@@ -11,7 +11,7 @@ from daemon.store import migrate
 from daemon.tracker import rules
 from daemon.tracker import store as ts
 from daemon.tracker.bilibili import Stat, Uploader, VideoDetail
-from daemon.tracker.rules import HOUR, MINUTE, SECOND, Snap
+from daemon.tracker.rules import DAY, HOUR, MINUTE, SECOND, Snap
 
 T0 = 1_767_225_600_000
 W = 5 * MINUTE
@@ -251,3 +251,100 @@ def test_candidate_sql_matches_rule(conn: apsw.Connection, views: int, song: boo
         ts.store_label(conn, 1, 1, [0, 1, 0], "v", T0)
     expected = rules.is_milestone_candidate(views, song, None)
     assert (ts.milestone_candidates(conn) == [1]) is expected
+
+
+def _complete_one_by_one(
+    conn: apsw.Connection,
+    group: list[ts.Due],
+    stats: dict[int, Stat],
+    at_ms: int,
+    now: int,
+    capacity: int,
+    rng: random.Random,
+) -> list[tuple[str, int]]:
+    """The bulk completion as a loop of single-row calls: what complete_bulk must equal."""
+    done = []
+    for sid, aid, type_, planned in group:
+        if aid not in stats:
+            ts.finish(conn, [sid], "failed", now, "missing from the bulk answer")
+            continue
+        previous = ts.latest(conn, aid)
+        current = Snap(at_ms, stats[aid].views)
+        if ts.insert_snapshot(conn, aid, at_ms, stats[aid]):
+            eta = rules.bulk_eta(previous, current)
+            if eta is not None:
+                ts.upsert_eta(conn, aid, eta[0], eta[1], stats[aid].views, now)
+        ts.finish(conn, [sid], "completed", now)
+        if type_ != "archive":
+            newest = current if previous is None or current.at_ms >= previous.at_ms else previous
+            hours = ts.regular_interval_hours(conn, aid, now, newest)
+            at = now + int(hours * HOUR)
+            ts.schedule_snapshot(conn, aid, "normal", at, now_ms=now, capacity=capacity, rng=rng)
+        done.append((type_, max(at_ms - planned, 0)))
+    return done
+
+
+def _bulk_fixture(conn: apsw.Connection) -> tuple[list[ts.Due], dict[int, Stat]]:
+    """40 aids with varied histories, a crowded window, and one claimed group of schedules."""
+    rng = random.Random(11)
+    for aid in range(1, 41):
+        for back in (3 * 24 * HOUR, 30 * HOUR, 20 * HOUR, HOUR)[: aid % 5]:
+            ts.insert_snapshot(conn, aid, T0 - back + aid, stat(aid * 1000 - back // HOUR * aid))
+    for filler in range(100, 104):  # windows soon after now nearly full
+        ts.schedule_snapshot(conn, filler, "normal", T0 + 6 * HOUR, now_ms=T0, capacity=10, rng=rng)
+    ids = [sched(conn, aid, "archive" if aid % 7 == 0 else "normal", T0).schedule_id
+           for aid in range(1, 41)]  # fmt: skip
+    ids.append(sched(conn, 3, "archive", T0).schedule_id)  # the same aid twice in the group
+    sched(conn, 41, "normal", T0 + DAY)  # an active normal schedule of aid 41 is kept
+    ids.append(sched(conn, 41, "archive", T0).schedule_id)
+    group = ts.claim(conn, ids, T0)
+    ts.insert_snapshot(conn, 5, T0 + 2 * SECOND, stat(1))  # already stored at the answer's time
+    stats = {aid: stat(aid * 1000 + aid * aid) for aid in range(1, 42) if aid != 9}  # 9: missing
+    return group, stats
+
+
+def _dump(conn: apsw.Connection) -> dict[str, list[tuple[object, ...]]]:
+    tables = ["tracker_snapshots", "tracker_latest", "tracker_eta", "tracker_schedules",
+              "tracker_windows", "tracker_schedule_counts"]  # fmt: skip
+    return {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall() for t in tables}
+
+
+def test_complete_bulk_equals_one_by_one(tmp_path: Path) -> None:
+    dumps, results = [], []
+    for name, batched in (("loop", False), ("bulk", True)):
+        c = apsw.Connection(str(tmp_path / f"{name}.db"))
+        migrate(c)
+        with c:
+            group, stats = _bulk_fixture(c)
+        now, at_ms, rng = T0 + 5 * SECOND, T0 + 2 * SECOND, random.Random(3)
+        with c:
+            if batched:
+                done = ts.complete_bulk(c, group, stats, at_ms, now, capacity=10, rng=rng)
+            else:
+                done = _complete_one_by_one(c, group, stats, at_ms, now, 10, rng)
+        results.append(done)
+        dumps.append(_dump(c))
+        assert windows(c) == recount(c)
+        counted = ts.schedule_counts(c)
+        for type_, status, n in c.execute(
+            "SELECT type, status, count(*) FROM tracker_schedules GROUP BY 1, 2"
+        ):
+            assert counted[type_][status] == n
+        c.close()
+    assert results[0] == results[1]
+    assert len(results[1]) == 41  # every claimed schedule but the missing aid's
+    assert dumps[0] == dumps[1]
+    chained = [row for row in dumps[1]["tracker_schedules"] if row[5] == T0 + 5 * SECOND]
+    assert len(chained) == 34  # normal ones: not 9 (missing), not 41 (kept its own)
+    per_window = [n for _, n in dumps[1]["tracker_windows"]]
+    assert max(per_window) == 10 and sum(per_window) == 34 + 4 + 1  # full windows pushed on
+
+
+def test_complete_bulk_rolls_back_with_its_transaction(conn: apsw.Connection) -> None:
+    with conn:
+        group, stats = _bulk_fixture(conn)
+    before = _dump(conn)
+    with pytest.raises(ZeroDivisionError), conn:
+        ts.complete_bulk(conn, group, stats, T0 + 2 * SECOND, T0, capacity=10, rng=random.Random())
+        raise ZeroDivisionError
+    assert _dump(conn) == before

@@ -126,12 +126,13 @@ CREATE TABLE tracker_schedules (
 -- planned_ms, rowid) so it never touches the table, however many finished rows pile up.
 CREATE INDEX tracker_schedules_due ON tracker_schedules(type, planned_ms, aid)
     WHERE status = 'pending';
--- "Does this aid have an active schedule of this type?"
+-- "Does this aid have an active schedule of this type?" (and every other per-aid lookup, all of
+-- which ask for active rows). No index covers all rows by aid: each would be one more b-tree
+-- insert per snapshot on the bulk path, for finished rows nothing reads by aid.
 CREATE INDEX tracker_schedules_active ON tracker_schedules(aid, type)
     WHERE status IN ('pending', 'processing');
 CREATE INDEX tracker_schedules_processing ON tracker_schedules(aid, planned_ms)
     WHERE status = 'processing';
-CREATE INDEX tracker_schedules_aid ON tracker_schedules(aid, planned_ms);
 
 -- Pending schedules per epoch-aligned window (window length in tracker_settings), and rows per
 -- type × status. Triggers keep both in the schedule row's own transaction, so they cannot drift.
