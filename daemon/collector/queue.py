@@ -5,8 +5,10 @@
 #   sent and awaiting confirms while the next one is read from the store. Batches are settled in
 #   order and the stream's ack cursor advances past a batch only once it and every batch before
 #   it were confirmed; the first failure abandons the rest and everything after the cursor is sent
-#   again. A crash or a lost connection therefore repeats at most `confirm_window` messages (same
-#   message ids). `/consume` and `/queue/size` ask RabbitMQ.
+#   again. Reading, sending and settling are separate tasks, so the next batch is read ahead and
+#   an ack's commit never delays a send that the window has room for; a batch keeps its room
+#   until its ack committed. A crash or a lost connection therefore repeats at most
+#   `confirm_window` messages (same message ids). `/consume` and `/queue/size` ask RabbitMQ.
 # - EmbeddedQueue: no broker; the stream itself is the queue. `/consume` takes from it in order,
 #   honouring each message's TTL.
 from __future__ import annotations
@@ -164,14 +166,14 @@ class AmqpQueue:
         share = batch_limit(settings.confirm_window, settings.batches_in_flight, 0)
         window = _Window(settings.confirm_window)
         in_flight: deque[tuple[list[Item], Publishing | None, int]] = deque()
-        failure: list[BrokerError] = []
+        failure: list[Exception] = []  # the first error of a task, raised as it is
         read_send, read_receive = trio.open_memory_channel[list[Item]](1)
         sent_send, sent_receive = trio.open_memory_channel[None](settings.batches_in_flight + 1)
 
         async def guard(task: Any, *args: Any) -> None:
             try:
                 await task(*args)
-            except BrokerError as exc:
+            except Exception as exc:
                 failure.append(exc)
                 nursery.cancel_scope.cancel()
 
