@@ -106,10 +106,16 @@ def read_after(conn: apsw.Connection, stream: str, after_seq: int, limit: int) -
 
 
 def _items(stream: str, rows: list[Any]) -> list[Item]:
-    return [
-        Item(stream, seq, key, bytes(body), _meta_decoder.decode(meta), created, expires)
-        for seq, key, body, meta, created, expires in rows
-    ]
+    # Neighbouring items mostly carry the same meta (one page of rows shares its task, run and
+    # offset), so each distinct text is decoded once per read; the dicts are shared and read-only.
+    metas: dict[bytes | str, dict[str, Any]] = {}
+    items = []
+    for seq, key, body, meta, created, expires in rows:
+        decoded = metas.get(meta)
+        if decoded is None:
+            decoded = metas[meta] = _meta_decoder.decode(meta)
+        items.append(Item(stream, seq, key, bytes(body), decoded, created, expires))
+    return items
 
 
 def ack(conn: apsw.Connection, stream: str, upto_seq: int) -> int:

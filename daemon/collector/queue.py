@@ -5,8 +5,10 @@
 #   sent and awaiting confirms while the next one is read from the store. Batches are settled in
 #   order and the stream's ack cursor advances past a batch only once it and every batch before
 #   it were confirmed; the first failure abandons the rest and everything after the cursor is sent
-#   again. A crash or a lost connection therefore repeats at most `confirm_window` messages (same
-#   message ids). `/consume` and `/queue/size` ask RabbitMQ.
+#   again. Reading, sending and settling are separate tasks, so the next batch is read ahead and
+#   an ack's commit never delays a send that the window has room for; a batch keeps its room
+#   until its ack committed. A crash or a lost connection therefore repeats at most
+#   `confirm_window` messages (same message ids). `/consume` and `/queue/size` ask RabbitMQ.
 # - EmbeddedQueue: no broker; the stream itself is the queue. `/consume` takes from it in order,
 #   honouring each message's TTL.
 from __future__ import annotations
@@ -152,42 +154,88 @@ class AmqpQueue:
                 continue
 
     async def _pipeline(self, broker: AmqpBroker) -> None:
-        """Keep batches in flight until one fails (raises its BrokerError)."""
-        in_flight: deque[tuple[list[Item], Publishing | None, int]] = deque()
-        unconfirmed = 0
-        after = 0  # 0: from the ack cursor
+        """Keep batches in flight until one fails (raises its BrokerError).
+
+        Three tasks so that no step waits for another it does not depend on: the reader
+        prefetches the next batch from the store while earlier ones publish, the sender hands a
+        batch to the broker as soon as the window has room, and the settler awaits confirms in
+        order and advances the ack cursor. A batch holds its room in the window until its ack
+        committed (not merely until it was confirmed), so everything after the cursor that the
+        broker may have seen, confirmed or not, stays within `confirm_window`."""
         settings = broker.settings
+        share = batch_limit(settings.confirm_window, settings.batches_in_flight, 0)
+        window = _Window(settings.confirm_window)
+        in_flight: deque[tuple[list[Item], Publishing | None, int]] = deque()
+        failure: list[Exception] = []  # the first error of a task, raised as it is
+        read_send, read_receive = trio.open_memory_channel[list[Item]](1)
+        sent_send, sent_receive = trio.open_memory_channel[None](settings.batches_in_flight + 1)
+
+        async def guard(task: Any, *args: Any) -> None:
+            try:
+                await task(*args)
+            except Exception as exc:
+                failure.append(exc)
+                nursery.cancel_scope.cancel()
+
+        async def read() -> None:
+            after = 0  # 0: from the ack cursor
+            async with read_send:
+                while True:
+                    batch = await self.outbox.next_batch(self.stream, share, after=after)
+                    after = batch[-1].seq
+                    await read_send.send(batch)
+
+        async def send() -> None:
+            async with read_receive, sent_send:
+                async for batch in read_receive:
+                    await window.reserve(len(batch))
+                    at = now_ms()
+                    messages = [m for item in batch if (m := outgoing(item, at)) is not None]
+                    publishing = await broker.start_publish(messages) if messages else None
+                    in_flight.append((batch, publishing, len(messages)))
+                    await sent_send.send(None)
+
+        async def settle() -> None:
+            async with sent_receive:
+                async for _ in sent_receive:
+                    batch, publishing, sent = in_flight[0]
+                    if publishing is not None:
+                        await publishing.confirmed()
+                    await self.outbox.ack(self.stream, batch[-1].seq)
+                    in_flight.popleft()
+                    window.release(len(batch))
+                    self.last_error = None
+                    self._failures = 0
+                    self.published += sent
+                    self.expired_before_publish += len(batch) - sent
+                    metrics.queue_published.labels(self.stream, "confirmed").inc(sent)
+                    metrics.queue_published.labels(self.stream, "expired").inc(len(batch) - sent)
+
         try:
-            while True:
-                limit = batch_limit(
-                    settings.confirm_window, settings.batches_in_flight, unconfirmed
-                )
-                if limit > 0:
-                    batch = await self.outbox.next_batch(
-                        self.stream, limit, after=after, wait=not in_flight
-                    )
-                    if batch:
-                        at = now_ms()
-                        messages = [m for item in batch if (m := outgoing(item, at)) is not None]
-                        publishing = await broker.start_publish(messages) if messages else None
-                        in_flight.append((batch, publishing, len(messages)))
-                        unconfirmed += len(batch)
-                        after = batch[-1].seq
-                        continue
-                # Nothing more to send now (or no room): settle the oldest batch.
-                batch, publishing, sent = in_flight[0]
-                if publishing is not None:
-                    await publishing.confirmed()
-                in_flight.popleft()
-                unconfirmed -= len(batch)
-                await self.outbox.ack(self.stream, batch[-1].seq)
-                self.last_error = None
-                self._failures = 0
-                self.published += sent
-                self.expired_before_publish += len(batch) - sent
-                metrics.queue_published.labels(self.stream, "confirmed").inc(sent)
-                metrics.queue_published.labels(self.stream, "expired").inc(len(batch) - sent)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(guard, read)
+                nursery.start_soon(guard, send)
+                nursery.start_soon(guard, settle)
         finally:
             for _, publishing, _ in in_flight:
                 if publishing is not None:
                     publishing.abandon()
+        raise failure[0]
+
+
+class _Window:
+    """Room for messages sent and not yet acknowledged in the store."""
+
+    def __init__(self, size: int) -> None:
+        self.free = size
+        self._released = trio.Event()
+
+    async def reserve(self, count: int) -> None:
+        while self.free < count:
+            await self._released.wait()
+        self.free -= count
+
+    def release(self, count: int) -> None:
+        self.free += count
+        self._released.set()
+        self._released = trio.Event()
