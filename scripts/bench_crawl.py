@@ -14,10 +14,10 @@ Then the frontier figure: crawld's RSS once 100,000 URLs are queued, found on 10
 1,000 links each, and on one page linking all 100,000 (the worst case: one huge page in memory).
 
 Scrapy is not a dependency of crawld: install it in a separate virtualenv and pass its python,
-e.g. `python3.11 -m venv /tmp/scrapy-venv && /tmp/scrapy-venv/bin/pip install scrapy==2.19.0`.
+e.g. `python3.11 -m venv ~/scrapy-venv && ~/scrapy-venv/bin/pip install scrapy==2.19.0`.
 
-Usage: flock /tmp/crawld-heavy.lock .venv/bin/python scripts/bench_crawl.py
-       --scrapy-python /tmp/scrapy-venv/bin/python [--pages 5000] [--concurrency 16] [--rounds 3]
+Usage: .venv/bin/python scripts/bench_crawl.py
+       --scrapy-python ~/scrapy-venv/bin/python [--pages 5000] [--concurrency 16] [--rounds 3]
        [--frontier 100000]
 """
 
