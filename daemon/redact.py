@@ -37,9 +37,11 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
-def redact_headers(headers: Mapping[str, str]) -> dict[str, str]:
-    """A copy with every value masked except those of SAFE_HEADERS."""
-    return {k: v if k.lower() in SAFE_HEADERS else MASK for k, v in headers.items()}
+def redact_headers(
+    headers: Mapping[str, str], *, safe: frozenset[str] = SAFE_HEADERS, mask: str = MASK
+) -> dict[str, str]:
+    """A copy with every value masked except those of the (lower-case) `safe` names."""
+    return {k: v if k.lower() in safe else mask for k, v in headers.items()}
 
 
 def cap(text: str, limit: int = ECHO_LIMIT) -> str:

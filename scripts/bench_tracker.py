@@ -64,11 +64,7 @@ DAY = 24 * HOUR
 SINGLE_TYPES = [t for group in rules.SINGLE_TYPES_BY_PRIORITY for t in group]
 BULK_TYPES = [t for group in rules.BULK_TYPES_BY_PRIORITY for t in group]
 SINGLE_LIMIT = rules.SINGLE_LIMIT * 5  # what the tick asks the store for
-DUE_SQL = (
-    "SELECT id, aid, type, planned_ms FROM tracker_schedules INDEXED BY tracker_schedules_due"
-    " WHERE status = 'pending' AND type = ? AND planned_ms BETWEEN ? AND ?"
-    " ORDER BY planned_ms LIMIT ?"
-)
+DUE_SQL = ts.DUE_SQL  # the baseline runs the store's own select
 
 # The baselines: plain APSW (and trio for the inline one), in their own process, importing
 # nothing from `daemon`.

@@ -22,6 +22,7 @@ import hmac
 from collections.abc import Mapping, Sequence
 
 from daemon.jobs.webhook_rules import is_managed_header
+from daemon.redact import redact_headers
 
 FIRECRAWL_SIGNATURE = "X-Firecrawl-Signature"
 WEBHOOK_ID = "webhook-id"
@@ -98,4 +99,4 @@ _LOGGABLE = frozenset(
 
 def redact(headers: Mapping[str, str]) -> dict[str, str]:
     """A copy fit for logs: signatures and every user header value (often credentials) hidden."""
-    return {k: v if k.lower() in _LOGGABLE else "<redacted>" for k, v in headers.items()}
+    return redact_headers(headers, safe=_LOGGABLE, mask="<redacted>")

@@ -172,6 +172,14 @@ def schedule_snapshot(
     return Scheduled("inserted", sid, planned)
 
 
+DUE_SQL = (
+    "SELECT id, aid, type, planned_ms FROM tracker_schedules INDEXED BY tracker_schedules_due"
+    " WHERE status = 'pending' AND type = ? AND planned_ms BETWEEN ? AND ?"
+    " ORDER BY planned_ms LIMIT ?"
+)
+"""The ticks' due-schedule select, one type at a time (index-only on tracker_schedules_due)."""
+
+
 def due(
     conn: apsw.Connection, types: Sequence[str], low_ms: int, high_ms: int, limit: int
 ) -> list[Due]:
@@ -183,9 +191,7 @@ def due(
             break
         rows = _all(
             conn,
-            "SELECT id, aid, type, planned_ms FROM tracker_schedules INDEXED BY"
-            " tracker_schedules_due WHERE status = 'pending' AND type = ?"
-            " AND planned_ms BETWEEN ? AND ? ORDER BY planned_ms LIMIT ?",
+            DUE_SQL,
             (type_, low_ms, high_ms, limit - len(found)),
         )
         found.extend(rows)
