@@ -34,6 +34,7 @@ import trio
 from aiormq import spec
 from aiormq.abc import AbstractChannel, AbstractConnection, DeliveredMessage
 
+from daemon import broker_publish
 from daemon.asyncio_thread import AsyncioThread, Call, LoopClosed, open_asyncio_thread
 from daemon.broker_rules import (
     BrokerError,
@@ -131,7 +132,7 @@ def route_client_logs() -> None:
 
 async def _aio_connect(
     url: str, queue: str, queue_type: QueueType, timeout: float
-) -> tuple[AbstractConnection, AbstractChannel, AbstractChannel]:
+) -> tuple[AbstractConnection, AbstractChannel, AbstractChannel, bool]:
     async with asyncio.timeout(timeout):
         connection = await aiormq.connect(url)
         try:
@@ -143,7 +144,7 @@ async def _aio_connect(
         except BaseException:
             await _aio_close_connection(connection)
             raise
-    return connection, publish, admin
+    return connection, publish, admin, broker_publish.supports(publish)
 
 
 async def _aio_close_connection(connection: AbstractConnection) -> None:
@@ -179,13 +180,14 @@ async def _aio_wait_closed(connection: AbstractConnection, channel: AbstractChan
     return describe(exc) if exc is not None else "connection closed"
 
 
-async def _aio_publish_all(
+async def _aio_publish_each(
     channel: AbstractChannel,
     queue: str,
     properties: list[spec.Basic.Properties],
     bodies: list[bytes],
     timeout: float,
 ) -> list[BaseException | None]:
+    # The fallback when `broker_publish.supports` is false: one basic_publish per message.
     # wait=False skips only the socket-drain wait (the batch is bounded); the confirm is
     # still awaited. AbstractChannel's signature lacks `wait`, Channel has it. One timeout bounds
     # the whole batch (a timer per message would cost a timer handle each); when it fires, every
@@ -304,6 +306,8 @@ class _Link:
     need_declare: bool = False
     publishing: set[Call[list[BaseException | None]]] = field(default_factory=set)
     """Publish calls waiting for confirms: all cancelled at once when the connection is lost."""
+    windowed: bool = True
+    """Publish a batch as one write (`broker_publish`), else one basic_publish per message."""
 
 
 class Publishing:
@@ -415,7 +419,7 @@ class AmqpBroker:
         bodies = [message.body for message in batch]
         try:
             call = self._thread.submit(
-                _aio_publish_all,
+                broker_publish.publish_window if link.windowed else _aio_publish_each,
                 link.publish,
                 self.settings.queue,
                 properties,
@@ -607,7 +611,7 @@ class AmqpBroker:
             if attempt:
                 await trio.sleep(backoff(attempt, self.settings.reconnect_max, self._rng))
             try:
-                connection, publish, admin = await self._aio(
+                connection, publish, admin, windowed = await self._aio(
                     _aio_connect,
                     self._url,
                     self.settings.queue,
@@ -628,7 +632,13 @@ class AmqpBroker:
                     log.debug("connect attempt failed", error=error, attempt=attempt)
                 self.last_error = error
                 continue
-            link = _Link(connection, publish, admin)
+            link = _Link(connection, publish, admin, windowed=windowed)
+            if not windowed:
+                log.warning(
+                    "this aiormq lacks the channel internals of window publishing; "
+                    "publishing one message at a time (slower)",
+                    aiormq=_aiormq_version(),
+                )
             connected_at = trio.current_time()
             self._link = link
             self._link_ready.set()
@@ -711,6 +721,12 @@ async def open_amqp_broker(
             raise
     if sole is not None:
         raise sole
+
+
+def _aiormq_version() -> str:
+    from importlib.metadata import version
+
+    return version("aiormq")
 
 
 def _sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException | None:

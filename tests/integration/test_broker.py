@@ -10,11 +10,13 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import trio
 
+from daemon import broker_publish
 from daemon.broker import (
     AmqpBroker,
     BrokerError,
@@ -35,6 +37,15 @@ from daemon.broker_rules import batch_limit, warn_connect_failure
 from tests.integration.conftest import RabbitCtl, rabbitmqctl_for
 
 broker = pytest.mark.broker
+
+
+@pytest.fixture(autouse=True, params=["window", "each"])
+def publish_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs on both publish paths: a window as one write (what the pinned aiormq
+    gets) and one basic_publish per message (the fallback for an aiormq without the internals)."""
+    if request.param == "each":
+        monkeypatch.setattr(broker_publish, "supports", lambda channel: False)
+    return str(request.param)
 
 
 def messages(n: int, *, prefix: str = "m", ttl_ms: int | None = 60_000) -> list[OutgoingMessage]:
@@ -382,9 +393,11 @@ async def test_connection_cut_mid_batch_then_retry_delivers_everything(
                     except BrokerError as exc:
                         first_try.append(exc)
 
+                proxy.hold()  # confirms stop reaching the client: the batch stays in flight
                 nursery.start_soon(publish)
                 await trio.sleep(0.03)
                 proxy.down()  # mid-flight: cut every connection and refuse new ones
+                proxy.release()
         [error] = first_try
         assert isinstance(error, BrokerUnavailable)
         assert not b.connected
@@ -592,3 +605,40 @@ async def tcp_proxy(url: str) -> AsyncIterator[Proxy]:
         finally:
             proxy.down()
             nursery.cancel_scope.cancel()
+
+
+@broker
+async def test_pinned_aiormq_publishes_windows_and_leaves_no_bookkeeping(
+    amqp_url: str, queue_name: str, publish_path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The fast path is not silently lost: the pinned aiormq has what it needs. A window of bodies
+    # larger than a frame (split into several body frames) and empty bodies round-trips, and the
+    # channel keeps no confirmation or message-id entry once the window settled.
+    big = b"x" * 300_000  # RabbitMQ's default frame_max is 128 KiB
+    sent = [
+        OutgoingMessage(body=big, message_id="big"),
+        OutgoingMessage(body=b"", message_id="empty"),
+        *messages(3),
+    ]
+    with caplog.at_level(logging.WARNING, logger="crawld.broker"):
+        async with connected_broker(settings(amqp_url, queue_name)) as b:
+            link = b._link
+            assert link is not None
+            assert link.windowed is (publish_path == "window")
+            await b.publish_batch(sent)
+            await b.publish_batch(messages(2, prefix="again"))
+            got = await b.get(10)
+            channel: Any = link.publish
+            assert dict(channel.confirmations) == {}
+            assert channel.message_id_delivery_tag == {}
+            assert channel.delivery_tag == 7
+    assert [(m.message_id, len(m.body)) for m in got] == [
+        ("big", len(big)),
+        ("empty", 0),
+        *((f"m-{i}", len(f'{{"row": {i}}}')) for i in range(3)),
+        ("again-0", 10),
+        ("again-1", 10),
+    ]
+    assert got[0].body == big
+    fallback = [r for r in caplog.records if "one message at a time" in r.getMessage()]
+    assert bool(fallback) is (publish_path == "each")
