@@ -250,13 +250,17 @@ async def main_async(args: argparse.Namespace) -> None:
     rss_kb = 0
     try:
         with tempfile.TemporaryDirectory() as tmp:
+            tasks: dict[int, tuple[str, Path]] = {}
             for rows in sizes:
                 async with httpx.AsyncClient() as http:
                     await sim.wait_up(http)
                     task_id = await sim.add_task(http, f"bench{rows}", rows)
                     bodies_file = Path(tmp) / f"bodies{rows}.json"
                     write_bodies(await sim.bodies(http, task_id, rows), bodies_file)
-                for round_ in range(args.rounds):  # interleaved: the broker's fsync rhythm drifts
+                tasks[rows] = task_id, bodies_file
+            # Interleaved, sizes included: the broker's fsync rhythm and the machine's load drift.
+            for round_ in range(args.rounds):
+                for rows, (task_id, bodies_file) in tasks.items():
                     for mode in filter(None, args.baselines.split(",")):
                         result = await baseline_rows_per_s(mode, bodies_file, args.window)
                         runs.setdefault((mode, rows), []).append(result["rows_per_s"])
