@@ -1,7 +1,8 @@
 # RabbitMQ through aiormq, which is asyncio-only, in a trio daemon. aiormq runs on a plain asyncio
 # loop in a thread of its own (`daemon.asyncio_thread`): trio hands over one call per unit of work
 # (a window of publishes, a take, a declare), never one per message. Everything asyncio lives in
-# this module's `_aio_*` functions, which only ever run on that thread; the rest of the project
+# this module's `_aio_*` functions and in `broker_publish` (a window of publishes as one write),
+# which only ever run on that thread; the rest of the project
 # sees plain trio functions and never imports aiormq. The rules (properties, URLs, backoff, how
 # per-message outcomes become one error, how the confirm window is cut) are in `broker_rules`.
 #
@@ -31,7 +32,6 @@ from typing import Any, TypeVar
 
 import aiormq
 import trio
-from aiormq import spec
 from aiormq.abc import AbstractChannel, AbstractConnection, DeliveredMessage
 
 from daemon import broker_publish
@@ -178,45 +178,6 @@ async def _aio_wait_closed(connection: AbstractConnection, channel: AbstractChan
         return "connection closed"
     exc = future.exception()
     return describe(exc) if exc is not None else "connection closed"
-
-
-async def _aio_publish_each(
-    channel: AbstractChannel,
-    queue: str,
-    properties: list[spec.Basic.Properties],
-    bodies: list[bytes],
-    timeout: float,
-) -> list[BaseException | None]:
-    # The fallback when `broker_publish.supports` is false: one basic_publish per message.
-    # wait=False skips only the socket-drain wait (the batch is bounded); the confirm is
-    # still awaited. AbstractChannel's signature lacks `wait`, Channel has it. One timeout bounds
-    # the whole batch (a timer per message would cost a timer handle each); when it fires, every
-    # publish still waiting ends with TimeoutError, which counts as "outcome unknown".
-    publish: Callable[..., Coroutine[Any, Any, object]] = channel.basic_publish
-    pending = [
-        asyncio.ensure_future(
-            publish(body, routing_key=queue, properties=props, mandatory=True, wait=False)
-        )
-        for props, body in zip(properties, bodies, strict=True)
-    ]
-    try:
-        async with asyncio.timeout(timeout):
-            results = await asyncio.gather(*pending, return_exceptions=True)
-    except TimeoutError:
-        results = [
-            TimeoutError("no publisher confirm in time")
-            if not task.done() or task.cancelled()
-            else (task.exception() or task.result())
-            for task in pending
-        ]
-    return [
-        None
-        if isinstance(result, spec.Basic.Ack)
-        else result
-        if isinstance(result, BaseException)
-        else RuntimeError(f"unexpected publisher confirm {result!r}")
-        for result in results
-    ]
 
 
 async def _aio_take(
@@ -419,7 +380,7 @@ class AmqpBroker:
         bodies = [message.body for message in batch]
         try:
             call = self._thread.submit(
-                broker_publish.publish_window if link.windowed else _aio_publish_each,
+                broker_publish.publish_window if link.windowed else broker_publish.publish_each,
                 link.publish,
                 self.settings.queue,
                 properties,

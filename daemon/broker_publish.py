@@ -20,12 +20,12 @@
 #
 # Those attributes are aiormq's (no leading underscore, but not documented API). aiormq is pinned
 # in pyproject.toml and the broker tests run this path against a real RabbitMQ; `supports(channel)`
-# checks the attributes when the channel opens, and the broker falls back to one `basic_publish`
-# per message if a future aiormq no longer has them.
+# checks the attributes when the channel opens, and the broker falls back to `publish_each` (one
+# `basic_publish` per message, same contract) if a future aiormq no longer has them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from aiormq import spec
@@ -183,3 +183,43 @@ async def publish_window(
         for message_id, t in registered:
             if ids.get(message_id) == t:
                 del ids[message_id]
+
+
+async def publish_each(
+    channel: AbstractChannel,
+    queue: str,
+    properties: Sequence[spec.Basic.Properties],
+    bodies: Sequence[bytes],
+    timeout: float,
+) -> list[BaseException | None]:
+    """`publish_window`'s contract with one aiormq basic_publish per message: the fallback
+    when `supports(channel)` is false."""
+    # wait=False skips only the socket-drain wait (the batch is bounded); the confirm is
+    # still awaited. AbstractChannel's signature lacks `wait`, Channel has it. One timeout bounds
+    # the whole batch (a timer per message would cost a timer handle each); when it fires, every
+    # publish still waiting ends with TimeoutError, which counts as "outcome unknown".
+    publish: Callable[..., Coroutine[Any, Any, object]] = channel.basic_publish
+    pending = [
+        asyncio.ensure_future(
+            publish(body, routing_key=queue, properties=props, mandatory=True, wait=False)
+        )
+        for props, body in zip(properties, bodies, strict=True)
+    ]
+    try:
+        async with asyncio.timeout(timeout):
+            results = await asyncio.gather(*pending, return_exceptions=True)
+    except TimeoutError:
+        results = [
+            TimeoutError("no publisher confirm in time")
+            if not task.done() or task.cancelled()
+            else (task.exception() or task.result())
+            for task in pending
+        ]
+    return [
+        None
+        if isinstance(result, spec.Basic.Ack)
+        else result
+        if isinstance(result, BaseException)
+        else RuntimeError(f"unexpected publisher confirm {result!r}")
+        for result in results
+    ]
