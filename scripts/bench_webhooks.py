@@ -6,6 +6,9 @@ its CPU is not ours), which checks the per-job order of everything that arrives.
 - Baseline: a plain httpx keep-alive POST loop (trio + httpx.AsyncClient, the stack crawld uses)
   sending bodies of the same shape and size. It runs in its OWN process that imports nothing from
   `daemon` (checked), started fresh for every round; only its send loop is timed.
+- Reference (not the goal's baseline): the same loop one layer down, each worker POSTing over its
+  own httpcore keep-alive connection (no client, no connection pool), the layer crawld's drainers
+  use; crawld is also shown as a fraction of it. Same process rules as the baseline.
 - crawld: JobManager drainers with the durable outbox (jobs.store = true) and memory-only
   (jobs.store = false), signing with a whsec_ secret, the SSRF guard on, as in production.
 - Two URL forms: an IP literal (http://127.0.0.1:PORT/hook) and a host name
@@ -50,7 +53,11 @@ def free_port() -> int:
 # -- the baseline (own process, nothing from daemon) ----------------------------------------------
 
 
-def baseline_process(url: str, jobs: int, per_job: int, concurrency: int) -> dict[str, Any]:
+def baseline_process(
+    kind: str, url: str, jobs: int, per_job: int, concurrency: int
+) -> dict[str, Any]:
+    """kind "httpx": the plain httpx loop (the baseline); "httpcore": the raw reference."""
+    import httpcore
     import httpx
     import trio
 
@@ -74,7 +81,43 @@ def baseline_process(url: str, jobs: int, per_job: int, concurrency: int) -> dic
     bodies = [[body(j, s) for s in range(1, per_job + 1)] for j in range(jobs)]
     headers = {"Content-Type": "application/json"}
 
+    async def run_raw() -> float:
+        queue = list(reversed(range(jobs)))
+        parsed = httpx.URL(url)
+        target = httpcore.URL(
+            scheme=parsed.raw_scheme, host=parsed.raw_host, port=parsed.port, target=parsed.raw_path
+        )
+        raw_headers = [(b"Host", parsed.netloc), (b"Content-Type", b"application/json")]
+
+        async def worker() -> None:
+            conn = httpcore.AsyncHTTPConnection(target.origin, keepalive_expiry=5.0)
+            try:
+                while queue:
+                    for content in bodies[queue.pop()]:
+                        headers = [*raw_headers, (b"Content-Length", str(len(content)).encode())]
+                        request = httpcore.Request(
+                            b"POST", target, headers=headers, content=content
+                        )
+                        response = await conn.handle_async_request(request)
+                        try:
+                            async for _ in response.aiter_stream():
+                                pass
+                        finally:
+                            await response.aclose()
+                        if not 200 <= response.status < 300:
+                            raise RuntimeError(f"HTTP {response.status}")
+            finally:
+                await conn.aclose()
+
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(min(concurrency, jobs)):
+                nursery.start_soon(worker)
+        return time.perf_counter() - start
+
     async def run() -> float:
+        if kind == "httpcore":
+            return await run_raw()
         queue = list(reversed(range(jobs)))
         async with httpx.AsyncClient(
             trust_env=False, limits=httpx.Limits(max_connections=concurrency)
@@ -96,10 +139,19 @@ def baseline_process(url: str, jobs: int, per_job: int, concurrency: int) -> dic
     return {"events": jobs * per_job, "seconds": elapsed}
 
 
-def run_baseline(url: str, jobs: int, per_job: int, concurrency: int) -> float:
-    """Events/s of the baseline, measured in a fresh process."""
+def run_baseline(kind: str, url: str, jobs: int, per_job: int, concurrency: int) -> float:
+    """Events/s of the baseline (or the raw reference), measured in a fresh process."""
     out = subprocess.run(
-        [sys.executable, __file__, "--baseline", url, str(jobs), str(per_job), str(concurrency)],
+        [
+            sys.executable,
+            __file__,
+            "--baseline",
+            kind,
+            url,
+            str(jobs),
+            str(per_job),
+            str(concurrency),
+        ],
         check=True,
         capture_output=True,
         text=True,
@@ -190,8 +242,10 @@ async def bench(args: argparse.Namespace, port: int) -> None:
 
     async def measure(key: str, variant: str, url: str, shape: tuple[int, int, int]) -> None:
         jobs, per_job, cap = shape
-        if variant == "plain":
-            rate = await trio.to_thread.run_sync(run_baseline, url, jobs, per_job, cap)
+        if variant in BASELINES:
+            rate = await trio.to_thread.run_sync(
+                run_baseline, BASELINES[variant], url, jobs, per_job, cap
+            )
         else:
             durable = variant == "durable"
             rate, per_event = await run_crawld(url, jobs, per_job, args.per_host, durable)
@@ -205,13 +259,13 @@ async def bench(args: argparse.Namespace, port: int) -> None:
     for _ in range(args.rounds):
         for shape_name, shape in shapes.items():
             for url_name, url in urls.items():
-                for variant in ("plain", "durable", "memory"):
+                for variant in ("plain", "raw", "durable", "memory"):
                     await measure(f"{shape_name}-{url_name}-{variant}", variant, url, shape)
 
     med = {key: statistics.median(values) for key, values in rates.items()}
     print(f"receiver: python -m daemon.fakes.receiver on 127.0.0.1:{port} (separate process)")
     print(f"medians of {args.rounds} interleaved rounds; baseline = plain httpx keep-alive POST")
-    print("loop in its own process (imports nothing from daemon)")
+    print("loop in its own process (imports nothing from daemon); the raw httpcore reference too")
     for shape_name, (jobs, per_job, cap) in shapes.items():
         title = (
             f"1 job x {per_job} events"
@@ -221,11 +275,17 @@ async def bench(args: argparse.Namespace, port: int) -> None:
         print(title + ":")
         for url_name, url in urls.items():
             plain = med[f"{shape_name}-{url_name}-plain"]
+            raw = med[f"{shape_name}-{url_name}-raw"]
             print(f"  {url}")
-            print(f"    {'plain httpx loop (baseline)':<36} {plain:8.0f} events/s")
+            print(f"    {'plain httpx loop (baseline)':<40} {plain:8.0f} events/s")
+            reference = "raw httpcore, a connection per worker"
+            print(f"    {reference:<40} {raw:8.0f} events/s  (reference)")
             for variant, label in VARIANTS:
                 rate = med[f"{shape_name}-{url_name}-{variant}"]
-                print(f"    {label:<36} {rate:8.0f} events/s  ratio {rate / plain:5.2f}")
+                print(
+                    f"    {label:<40} {rate:8.0f} events/s  ratio {rate / plain:5.2f}"
+                    f"  ({rate / raw:4.2f} of raw)"
+                )
     print("spread (min-max events/s over rounds):")
     for key in sorted(rates):
         if not key.startswith("warm"):
@@ -238,12 +298,13 @@ async def bench(args: argparse.Namespace, port: int) -> None:
 
 
 VARIANTS = (("durable", "crawld, durable outbox"), ("memory", "crawld, memory only"))
+BASELINES = {"plain": "httpx", "raw": "httpcore"}
 
 
 def main() -> None:
     if sys.argv[1:2] == ["--baseline"]:
-        url, jobs, per_job, concurrency = sys.argv[2], *map(int, sys.argv[3:6])
-        print(json.dumps(baseline_process(url, jobs, per_job, concurrency)))
+        kind, url, (jobs, per_job, concurrency) = sys.argv[2], sys.argv[3], map(int, sys.argv[4:7])
+        print(json.dumps(baseline_process(kind, url, jobs, per_job, concurrency)))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1000, help="events of the single job")

@@ -7,8 +7,9 @@
 # Where events come from (JobState says which):
 # - the job's durable outbox stream: read after the ack cursor; after each final outcome ONE
 #   transaction advances the cursor and, for a failure, appends the job error (the batch's rows
-#   are deleted with its last event's ack: one statement per event instead of two). A crash can
-#   only repeat the event in flight (same webhookId and bytes);
+#   are deleted with its last event's ack: one statement per event instead of two). The next
+#   event goes out only once that transaction committed, so a crash can only repeat the event in
+#   flight (same webhookId and bytes);
 # - its bounded memory queue: with `jobs.store = false`, or for events issued after the store
 #   failed (the job is "degraded"). A degraded durable job first sends what it can still read
 #   from disk, then the memory queue; anything left unread on disk goes out after a restart.
@@ -21,10 +22,11 @@
 # afterwards) become ONE job error whose count grows, the cursor moves to the end, and a row in
 # `webhook_gone` keeps it so after a restart. The job's own status is not touched.
 #
-# The HTTP side (`Deliverer`) is shared by every drainer: one httpx transport (connection pool)
-# per destination host, so no connection verified for one name serves another name on the same IP,
-# closed after CLIENT_IDLE_S without requests; requests go straight to the transport (no client
-# layers: cookies, auth flows, redirects, Response rebuilds are not needed here);
+# The HTTP side (`Deliverer`) is shared by every drainer: one set of keep-alive connections per
+# destination host (connections.HostConnections), so no connection verified for one name serves
+# another name on the same IP, closed after CLIENT_IDLE_S without requests; requests go straight
+# to it (no client layers: cookies, auth flows, redirects, Response rebuilds are not needed here)
+# and the per-host limiter is what caps the connections in use;
 # the signing secret, the retry schedule, the per-host limiters (all swappable on reload) and a
 # short-lived cache of vetted addresses (see ssrf.VettingCache).
 from __future__ import annotations
@@ -47,6 +49,7 @@ from daemon import outbox as outbox_mod
 from daemon.config import WebhookFields, WebhooksConfig, webhook_secret
 from daemon.jobs import events, retry, signing, ssrf, webhook_rules
 from daemon.jobs import store as jobstore
+from daemon.jobs.connections import HostConnections
 from daemon.logs import get_logger
 from daemon.metrics import REGISTRY
 from daemon.outbox import Item, MemoryStream, Signal
@@ -191,7 +194,7 @@ def _result_label(status: int | None, kind: str | None) -> str:
 
 
 class _HostPool:
-    def __init__(self, transport: httpx.AsyncHTTPTransport, now: float) -> None:
+    def __init__(self, transport: HostConnections, now: float) -> None:
         self.transport = transport
         self.in_use = 0
         self.last_used = now
@@ -222,6 +225,8 @@ class Deliverer:
         self.vetting.clear()
         for limiter in self._limiters.values():
             limiter.total_tokens = settings.per_host
+        for held in self._clients.values():
+            held.transport.max_idle = max(1, settings.per_host)
 
     def limiter(self, host_key: str) -> trio.CapacityLimiter:
         limiter = self._limiters.get(host_key)
@@ -397,14 +402,14 @@ class JobDrainer:
     async def run(self) -> None:
         job = self.job
         try:
+            if job.durable and not job.disk_closed:
+                await self._drain_disk()  # its first read checks the gone mark too
             if not job.gone_checked:
                 try:
                     job.gone = await self.store.read(lambda c: jobstore.webhook_gone(c, job.id))
                     job.gone_checked = True
                 except apsw.Error as exc:
                     log.warning("could not read the job's webhook state", job=job.id, error=exc)
-            if job.durable and not job.disk_closed:
-                await self._drain_disk()
             await self._drain_memory()
         except trio.Cancelled:
             if job.memory is not None and job.memory.pending:
@@ -419,16 +424,22 @@ class JobDrainer:
     async def _drain_disk(self) -> None:
         job = self.job
         stream = job.stream
+
+        def read(conn: apsw.Connection, gone: bool) -> tuple[jobstore.GoneMark | None, list[Item]]:
+            mark = jobstore.webhook_gone(conn, job.id) if gone else None
+            return mark, outbox_mod.read_after_cursor(conn, stream, READ_BATCH)
+
         while True:
             woken = job.wake.event
             terminated, degraded = job.terminated, job.degraded
+            check_gone = not job.gone_checked  # the first read also fetches the gone mark
             try:
-                batch = await self.store.read(
-                    lambda c: outbox_mod.read_after_cursor(c, stream, READ_BATCH)
-                )
+                mark, batch = await self.store.read(functools.partial(read, gone=check_gone))
             except apsw.Error as exc:
                 self._close_disk("reading the webhook outbox failed", exc)
                 return
+            if check_gone:
+                job.gone, job.gone_checked = mark, True
             if not batch:
                 if degraded:
                     self._close_disk("the job's outbox is drained", None)
@@ -463,6 +474,11 @@ class JobDrainer:
                     self._finalized(item, final)
                     return
                 self._finalized(item, final)
+            else:
+                if terminated and len(batch) < READ_BATCH:
+                    # The terminal event was committed before this read, and nothing follows
+                    # it: the read returned everything there will ever be.
+                    return
 
     def _close_disk(self, why: str, exc: BaseException | None) -> None:
         job = self.job

@@ -40,6 +40,8 @@ import httpx
 import msgspec
 import trio
 
+from daemon.jobs.connections import HostConnections
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -439,15 +441,14 @@ def new_client(
 
 def new_transport(
     *, max_connections: int = 100, verify: ssl.SSLContext | bool = True
-) -> httpx.AsyncHTTPTransport:
-    """A connection pool for `send_vetted`: no proxies from the environment (a proxy would
-    connect on our behalf, unchecked); close it with `aclose()`. `verify=True` loads the CA
-    certificates (tens of ms: build it off the event loop); `verify=False` is only for a pool
-    that never sees https (it skips certificate checks)."""
-    return httpx.AsyncHTTPTransport(
-        verify=verify,
-        trust_env=False,
-        limits=httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
-        ),
-    )
+) -> HostConnections:
+    """Keep-alive connections to ONE destination host for `send_vetted` (see
+    daemon/jobs/connections.py; the caller caps the requests in flight, `max_connections` is how
+    many stay open idle): no proxies. `verify=True` loads the CA certificates (tens of ms: build it
+    off the event loop); `verify=False` skips that for a host that never sees https (should it
+    ever, httpcore's default context checks certificates). Close it with `aclose()`."""
+    if verify is True:
+        context: ssl.SSLContext | None = httpx.create_ssl_context(verify=True, trust_env=False)
+    else:
+        context = verify or None
+    return HostConnections(max_idle=max_connections, ssl_context=context)

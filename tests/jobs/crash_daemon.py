@@ -1,8 +1,9 @@
-"""crawld plus a producer, for the kill -9 test: on its first start (no MARKER file yet) it
-creates one job with a webhook to URL, issues COUNT page events and finishes the job; the
-MARKER file then holds "<job id> done". On later starts it only resumes delivery.
+"""crawld plus a producer, for the kill -9 tests: on its first start (no MARKER file yet) it
+creates JOBS jobs (1 unless given) with a webhook to URL, issues COUNT page events for each
+(taking turns) and finishes them; the MARKER file then holds "<job id> ... done". On later starts
+it only resumes delivery.
 
-    python -m tests.jobs.crash_daemon CONFIG URL COUNT MARKER
+    python -m tests.jobs.crash_daemon CONFIG URL COUNT MARKER [JOBS]
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from daemon.logs import setup_logging
 
 
 def main(argv: list[str]) -> int:
-    config_path, url, count, marker_path = argv
+    config_path, url, count, marker_path, *more = argv
+    jobs_wanted = int(more[0]) if more else 1
     marker = Path(marker_path)
     cfg = config.load(config_path)
     setup_logging("warning")
@@ -33,12 +35,17 @@ def main(argv: list[str]) -> int:
             if not first_start:
                 return
             jobs = daemon.jobs
-            job = await jobs.create_job("crawl", webhook=WebhookSpec(url=url), source={})
+            spec = WebhookSpec(url=url)
+            ids = [
+                await jobs.create_job("crawl", webhook=spec, source={}) for _ in range(jobs_wanted)
+            ]
             for i in range(int(count)):
-                await jobs.page(job, [{"i": i}])
-            await jobs.finish(job, "completed")
+                for job in ids:
+                    await jobs.page(job, [{"i": i}])
+            for job in ids:
+                await jobs.finish(job, "completed")
             scratch = marker.with_suffix(".tmp")
-            scratch.write_text(f"{job} done\n")
+            scratch.write_text(" ".join(ids) + " done\n")
             os.replace(scratch, marker)
 
         daemon.add_component("producer", produce)

@@ -1,5 +1,6 @@
 """kill -9 of a real crawld process mid-delivery: after a restart every event arrives, in
-order, and only the event in flight at the kill may arrive twice (same webhookId and bytes)."""
+order, and only the event in flight at the kill may arrive twice (same webhookId and bytes), for
+one job and for each of many jobs draining at once."""
 
 from __future__ import annotations
 
@@ -17,8 +18,6 @@ from tests.jobs.conftest import SECRET, SECRET_ENV
 pytestmark = pytest.mark.process
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = 300
-EVENTS = PAGES + 2  # started, pages, completed
 
 CONFIG = f"""
 [daemon]
@@ -40,9 +39,12 @@ async def poll(predicate: object, timeout: float) -> None:
             await trio.sleep(0.01)
 
 
-async def test_kill_9_mid_stream_then_restart_delivers_everything(
-    tmp_path: Path, rx: WebhookReceiver
-) -> None:
+async def kill_then_restart(
+    tmp_path: Path, rx: WebhookReceiver, *, jobs: int, pages: int, kill_after: int
+) -> list[str]:
+    """Run crash_daemon producing `jobs` jobs of `pages` pages, kill -9 it once `kill_after`
+    events arrived, restart it and wait for every event; returns the job ids."""
+    events = jobs * (pages + 2)  # started, pages, completed
     config_file = tmp_path / "crawld.toml"
     config_file.write_text(CONFIG)
     marker = tmp_path / "job"
@@ -51,29 +53,29 @@ async def test_kill_9_mid_stream_then_restart_delivers_everything(
         env.pop(name, None)
     command = [
         sys.executable, "-m", "tests.jobs.crash_daemon",
-        str(config_file), rx.url(), str(PAGES), str(marker),
+        str(config_file), rx.url(), str(pages), str(marker), str(jobs),
     ]  # fmt: skip
-    rx.delay_next(10 * EVENTS, 0.004)  # slow the receiver so the kill lands mid-stream
+    rx.delay_next(10 * events, 0.004)  # slow the receiver so the kill lands mid-stream
 
-    def delivered() -> set[int]:
-        return {r.seq for r in rx.events() if r.seq is not None}
+    def delivered() -> int:
+        return len({(r.job_id, r.seq) for r in rx.events() if r.seq is not None})
 
     first = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
     try:
-        await poll(lambda: marker.exists() and len(delivered()) >= 40, 30)
+        await poll(lambda: marker.exists() and delivered() >= kill_after, 30)
         first.kill()  # SIGKILL: no cleanup of any kind
         await first.wait()
     finally:
         if first.returncode is None:
             first.kill()
     assert first.returncode == -signal.SIGKILL
-    at_kill = len(delivered())
-    assert at_kill < EVENTS, "the stream finished before the kill; slow the receiver down"
-    job = marker.read_text().split()[0]
+    assert delivered() < events, "the streams finished before the kill; slow the receiver down"
+    ids = marker.read_text().split()[:-1]
+    assert len(ids) == jobs
 
     second = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
     try:
-        await poll(lambda: len(delivered()) == EVENTS, 60)
+        await poll(lambda: delivered() == events, 60)
         second.send_signal(signal.SIGTERM)
         with trio.fail_after(30):
             assert await second.wait() == 0
@@ -82,10 +84,26 @@ async def test_kill_9_mid_stream_then_restart_delivers_everything(
             second.kill()
 
     rx.check()  # in order, nothing after the terminal, resends identical, signatures valid
-    assert delivered() == set(range(1, EVENTS + 1))
-    assert rx.events(job)[-1].type == "crawl.completed"
+    for job in ids:
+        seqs = rx.seqs(job)
+        assert seqs == sorted(seqs)
+        first_time = [s for i, s in enumerate(seqs) if s not in seqs[:i]]
+        assert first_time == list(range(1, pages + 3))
+        assert rx.events(job)[-1].type == "crawl.completed"
+        assert len(seqs) - len(first_time) <= 1, f"job {job} repeated more than one event"
+    return ids
+
+
+async def test_kill_9_mid_stream_then_restart_delivers_everything(
+    tmp_path: Path, rx: WebhookReceiver
+) -> None:
+    await kill_then_restart(tmp_path, rx, jobs=1, pages=300, kill_after=40)
     assert len(rx.duplicates) <= 1, rx.duplicates
-    seqs = rx.seqs(job)
-    assert seqs == sorted(seqs)
-    first_time = [s for i, s in enumerate(seqs) if s not in seqs[:i]]
-    assert first_time == list(range(1, EVENTS + 1))
+
+
+async def test_kill_9_with_many_jobs_repeats_at_most_one_event_per_job(
+    tmp_path: Path, rx: WebhookReceiver
+) -> None:
+    # Eight drainers at once (per_host_concurrency 8), their acks sharing the store's commits.
+    ids = await kill_then_restart(tmp_path, rx, jobs=8, pages=40, kill_after=80)
+    assert len(rx.duplicates) <= len(ids), rx.duplicates

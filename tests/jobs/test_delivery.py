@@ -71,6 +71,11 @@ async def test_many_jobs_drain_concurrently_within_the_per_host_cap(
     rx.check()
     assert all(rx.seqs(job) == list(range(1, 7)) for job in jobs)
     assert most == 3
+    [held] = m.deliverer._clients.values()  # one connection per request in flight, kept alive
+    assert held.transport.opened == 3 and held.transport.idle == 3
+    m.configure(JobsConfig(), fast_webhooks(per_host_concurrency=2))
+    [limiter] = m.deliverer._limiters.values()
+    assert (limiter.total_tokens, held.transport.max_idle) == (2, 2)
 
 
 async def test_500_then_200_resends_the_same_event_with_a_new_timestamp(

@@ -318,13 +318,12 @@ def make_cert(tmp_path: Path, name: str) -> tuple[Path, Path]:
     return cert, key
 
 
-async def test_https_keeps_sni_and_verifies_the_name(
-    tmp_path: Path, resolver: FakeResolver, nursery: trio.Nursery
-) -> None:
-    cert, key = make_cert(tmp_path, "hooks.test")
+async def tls_server(
+    nursery: trio.Nursery, cert: Path, key: Path, seen: list[tuple[str | None, bytes]]
+) -> int:
+    """A one-answer-per-connection HTTPS server recording (SNI, Host) per request; its port."""
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_ctx.load_cert_chain(cert, key)
-    seen: list[tuple[str | None, bytes]] = []
     names: list[str | None] = []
 
     def remember_sni(_sock: ssl.SSLObject, name: str | None, _ctx: ssl.SSLContext) -> None:
@@ -334,9 +333,12 @@ async def test_https_keeps_sni_and_verifies_the_name(
 
     async def handle(raw: trio.SocketStream) -> None:
         stream = trio.SSLStream(raw, server_ctx, server_side=True)
-        data = b""
-        while b"\r\n\r\n" not in data:
-            data += await stream.receive_some(65536)
+        try:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += await stream.receive_some(65536)
+        except trio.BrokenResourceError:
+            return  # the client refused our certificate
         host = next(
             line.split(b":", 1)[1].strip()
             for line in data.split(b"\r\n")
@@ -347,14 +349,47 @@ async def test_https_keeps_sni_and_verifies_the_name(
         await stream.aclose()
 
     listeners = await nursery.start(partial(trio.serve_tcp, handle, 0, host="127.0.0.1"))
-    port = listeners[0].socket.getsockname()[1]
+    return int(listeners[0].socket.getsockname()[1])
+
+
+@pytest.mark.parametrize("through", ["client", "transport"])
+async def test_https_keeps_sni_and_verifies_the_name(
+    tmp_path: Path, resolver: FakeResolver, nursery: trio.Nursery, through: str
+) -> None:
+    cert, key = make_cert(tmp_path, "hooks.test")
+    seen: list[tuple[str | None, bytes]] = []
+    port = await tls_server(nursery, cert, key, seen)
     client_ctx = ssl.create_default_context(cafile=str(cert))
-    async with httpx.AsyncClient(verify=client_ctx, trust_env=False) as client:
-        response = await post_vetted(
-            client, f"https://hooks.test:{port}/in", b"{}", {}, LOOPBACK, timeout=5.0
-        )
-    assert response.status_code == 204
+    url = f"https://hooks.test:{port}/in"
+    if through == "client":
+        async with httpx.AsyncClient(verify=client_ctx, trust_env=False) as client:
+            response = await post_vetted(client, url, b"{}", {}, LOOPBACK, timeout=5.0)
+        status = response.status_code
+    else:  # the webhook drainer's way: send_vetted over a host's own connections
+        async with new_transport(verify=client_ctx) as transport:
+            status = (await send_vetted(transport, url, b"{}", {}, LOOPBACK, 5.0)).status
+    assert status == 204
     assert seen == [("hooks.test", f"hooks.test:{port}".encode())]
+
+
+async def test_a_certificate_for_another_name_is_refused(
+    tmp_path: Path, resolver: FakeResolver, nursery: trio.Nursery
+) -> None:
+    cert, key = make_cert(tmp_path, "other.test")  # trusted, but not for hooks.test
+    seen: list[tuple[str | None, bytes]] = []
+    port = await tls_server(nursery, cert, key, seen)
+    client_ctx = ssl.create_default_context(cafile=str(cert))
+    async with new_transport(verify=client_ctx) as transport:
+        with pytest.raises(httpx.ConnectError) as caught:
+            await send_vetted(transport, f"https://hooks.test:{port}/in", b"{}", {}, LOOPBACK, 5.0)
+    assert error_kind(caught.value) == "connect"
+    causes: list[BaseException] = []
+    cause: BaseException | None = caught.value
+    while cause is not None:
+        causes.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    assert any(isinstance(c, ssl.SSLCertVerificationError) for c in causes), causes
+    assert seen == []
 
 
 def test_vetting_cache_keeps_an_address_for_its_ttl() -> None:

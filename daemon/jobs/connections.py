@@ -1,0 +1,179 @@
+# One destination host's keep-alive connections, as an httpx transport for `ssrf.send_vetted`.
+#
+# Why not httpx's own transport: its httpcore connection pool re-checks EVERY pooled connection
+# (a poll() system call for each idle one) when a request starts and again when it ends, under a
+# lock; with per_host_concurrency connections that was about half the CPU of a webhook request.
+# The drainer already caps the requests in flight per host with its own limiter, so all this
+# needs to do is hand out an idle connection: a stack of httpcore HTTP/1.1 connections, the one
+# taken checked once (expired keep-alive, closed by the server, or made for another address),
+# put back once its answer was read to the end, closed otherwise.
+#
+# What stays as in httpx: httpcore's connection (h11, TLS with the request's `sni_hostname` and
+# the certificate checked against it, timeouts from the request's extensions), keep-alive for 5 s,
+# and httpx's exception types. No proxies, no HTTP/2. Requests go to the request URL's host, which
+# `ssrf.pinned_post` made the vetted IP; a connection serves only requests for its own
+# (scheme, IP, port), so a new vetted address never reuses a connection made for the old one.
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator
+
+import httpcore
+import httpx
+import trio
+
+KEEPALIVE_S = 5.0
+"""An idle connection is closed after this long (httpx's default)."""
+
+_ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
+    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
+    (httpcore.ReadTimeout, httpx.ReadTimeout),
+    (httpcore.WriteTimeout, httpx.WriteTimeout),
+    (httpcore.PoolTimeout, httpx.PoolTimeout),
+    (httpcore.TimeoutException, httpx.TimeoutException),
+    (httpcore.ConnectError, httpx.ConnectError),
+    (httpcore.ReadError, httpx.ReadError),
+    (httpcore.WriteError, httpx.WriteError),
+    (httpcore.NetworkError, httpx.NetworkError),
+    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
+    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
+    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
+    (httpcore.ProtocolError, httpx.ProtocolError),
+    (httpcore.ConnectionNotAvailable, httpx.RemoteProtocolError),  # a connection gone stale
+)
+"""httpcore's errors as httpx raises them (most specific first)."""
+
+
+def httpx_error(exc: Exception) -> Exception:
+    """The httpx exception httpx's own transport raises for httpcore's `exc` (else `exc`)."""
+    for core, mapped in _ERRORS:
+        if isinstance(exc, core):
+            return mapped(str(exc))
+    return exc
+
+
+class HostConnections(httpx.AsyncBaseTransport):
+    """Keep-alive HTTP/1.1 connections to one destination host; at most `max_idle` are kept
+    idle. The caller caps how many requests run at once (one connection each)."""
+
+    def __init__(
+        self,
+        *,
+        max_idle: int,
+        ssl_context: ssl.SSLContext | None = None,
+        keepalive_expiry: float = KEEPALIVE_S,
+    ) -> None:
+        self.max_idle = max_idle
+        self.ssl_context = ssl_context
+        """For https (None: httpcore's default context, certificates checked)."""
+        self.keepalive_expiry = keepalive_expiry
+        self._idle: list[httpcore.AsyncHTTPConnection] = []
+        self._backend = httpcore.TrioBackend()
+        self._closed = False
+        self.opened = 0
+        """Connections made so far (tests)."""
+
+    @property
+    def idle(self) -> int:
+        return len(self._idle)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._closed:
+            raise RuntimeError("the host's connections are closed")
+        url = request.url
+        core = httpcore.Request(
+            method=request.method,
+            url=httpcore.URL(
+                scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
+            ),
+            headers=request.headers.raw,
+            content=request.content,
+            extensions=request.extensions,
+        )
+        origin = core.url.origin
+        conn = await self._take(origin)
+        if conn is None:
+            conn = httpcore.AsyncHTTPConnection(
+                origin,
+                ssl_context=self.ssl_context,
+                keepalive_expiry=self.keepalive_expiry,
+                network_backend=self._backend,
+            )
+            self.opened += 1
+        try:
+            response = await conn.handle_async_request(core)
+        except BaseException as exc:
+            await self._discard(conn)
+            if isinstance(exc, Exception):
+                mapped = httpx_error(exc)
+                if mapped is not exc:
+                    raise mapped from exc
+            raise
+        return httpx.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_Answer(self, conn, response),
+            extensions=response.extensions,
+        )
+
+    async def _take(self, origin: httpcore.Origin) -> httpcore.AsyncHTTPConnection | None:
+        """The most recently used idle connection that can still serve `origin`; the others
+        taken on the way (expired, closed by the server, another address) are closed."""
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.can_handle_request(origin) and conn.is_idle() and not conn.has_expired():
+                return conn
+            await self._discard(conn)
+        return None
+
+    async def _release(self, conn: httpcore.AsyncHTTPConnection) -> None:
+        if not self._closed and conn.is_idle() and len(self._idle) < self.max_idle:
+            self._idle.append(conn)
+        else:
+            await self._discard(conn)
+
+    @staticmethod
+    async def _discard(conn: httpcore.AsyncHTTPConnection) -> None:
+        with trio.CancelScope(shield=True):
+            await conn.aclose()
+
+    async def aclose(self) -> None:
+        """Close the idle connections; those in use close when their answer is done."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await self._discard(conn)
+
+
+class _Answer(httpx.AsyncByteStream):
+    """A response body that hands its connection back once closed."""
+
+    def __init__(
+        self,
+        owner: HostConnections,
+        conn: httpcore.AsyncHTTPConnection,
+        response: httpcore.Response,
+    ) -> None:
+        self._owner = owner
+        self._conn: httpcore.AsyncHTTPConnection | None = conn
+        self._response = response
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._response.aiter_stream():
+                yield chunk
+        except Exception as exc:
+            mapped = httpx_error(exc)
+            if mapped is not exc:
+                raise mapped from exc
+            raise
+
+    async def aclose(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            with trio.CancelScope(shield=True):
+                await self._response.aclose()  # an answer not read to the end closes conn
+        finally:
+            await self._owner._release(conn)
