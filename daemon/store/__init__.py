@@ -93,10 +93,6 @@ class _WriteJob:
         return trio.lowlevel.Abort.SUCCEEDED
 
 
-def _abort_flusher(raise_cancel: Any) -> trio.lowlevel.Abort:
-    return trio.lowlevel.Abort.SUCCEEDED
-
-
 STORAGE_ERRORS: tuple[type[BaseException], ...] = (
     apsw.FullError,
     apsw.IOError,
@@ -335,11 +331,18 @@ class Store:
             while True:
                 self._hand_over()
                 self._flusher = trio.lowlevel.current_task()
-                await trio.lowlevel.wait_task_rescheduled(_abort_flusher)
+                await trio.lowlevel.wait_task_rescheduled(self._abort_flusher)
         finally:  # cancelled: each write hands its job over itself again
             self._flusher = None
             self._flushing = False
             self._hand_over()
+
+    def _abort_flusher(self, raise_cancel: Any) -> trio.lowlevel.Abort:
+        # At once, not in `_flush_loop`'s finally: a write before the flusher runs again must
+        # neither wake it a second time nor leave its job to it.
+        self._flusher = None
+        self._flushing = False
+        return trio.lowlevel.Abort.SUCCEEDED
 
     def _writer_loop(self) -> None:
         jobs, limit, token = self._jobs, self.group_commit_max, self._token
