@@ -19,8 +19,8 @@
 #   per group (`TrioToken.run_sync_soon`) wakes every caller of that group. A lone write pays one
 #   extra scheduler pass for this.
 # - A cursor a job returns belongs to the writer's connection: the writer closes it before handing
-#   it back, so no other thread touches that connection (freeing it on the trio thread would wait
-#   for, or retry against, the writer's lock).
+#   it back, so no other thread touches that connection (APSW frees an open cursor under the
+#   connection's lock, and retries from the trio thread while the writer holds it).
 # - SQLite calls block, so they never run on the trio thread: writes run in the writer thread
 #   (started through trio.to_thread with a limiter of its own) and reads in worker threads behind
 #   the store's own CapacityLimiter, so the HTTP layer's threads cannot starve the store (and the
