@@ -10,11 +10,19 @@ in its own process that imports nothing from `daemon` (checked), same schema, pr
 - per write: the same loop committing each write alone, the simplest correct code; compared with
   `store.write` awaited from one task, one write at a time (the latency an acknowledgement pays).
 
-Two reference lines explain the figures, also in processes of their own without `daemon`:
+Three reference lines explain the figures, also in processes of their own without `daemon`:
 
-- inline: the same 100 trio tasks with each group run on the trio thread (savepoints, no writer
-  thread). It blocks the loop, so it is not a valid design, but it is the ceiling for any store
-  that wakes one trio task per write: trio's own cost per task step is in it.
+- inline: the same 100 trio tasks with each group run on the trio thread, in one transaction
+  without savepoints (the store's path when no job fails), no writer thread. It blocks the loop,
+  so it is not a valid design, but it is the ceiling for any store that wakes one trio task per
+  write and runs SQLite under the same GIL: trio's own cost per task step is in it, and nothing
+  of the work overlaps.
+- trio alone: the same 100 tasks, each parked and woken once per "write", with no database at
+  all: what waking one task per write costs by itself, and the stall figure of a trio loop that
+  busy (it repeats the writes for at least 0.3 s, as long as the idle ticker runs). The store's
+  database work and these wake-ups share one GIL, so they run one after the other:
+  1 / (1/grouped + 1/trio alone), printed next to it, bounds the store's rate even before the
+  store adds anything of its own.
 - idle ticker: the stall figure of a trio loop doing nothing else, the machine's own noise.
 
 While the store runs, a ticker task wakes every 1 ms and records how late it woke: the longest
@@ -98,9 +106,7 @@ def inline_trio(path: Path, writes: int, tasks: int, synchronous: str) -> dict[s
             del waiting[:GROUP]
             run("BEGIN")
             for fn, _ in batch:
-                run("SAVEPOINT job")
                 fn(conn)
-                run("RELEASE job")
             run("COMMIT")
             for _, task in batch:
                 trio.lowlevel.reschedule(task)
@@ -128,6 +134,65 @@ def inline_trio(path: Path, writes: int, tasks: int, synchronous: str) -> dict[s
     elapsed = trio.run(main)
     conn.close()
     return {"rate": writes // tasks * tasks / elapsed}
+
+
+def trio_alone(path: Path, writes: int, tasks: int, synchronous: str) -> dict[str, Any]:
+    import trio
+
+    waiting: list[trio.lowlevel.Task] = []
+    parked: list[trio.lowlevel.Task] = []
+
+    def abort(raise_cancel: Any) -> trio.lowlevel.Abort:
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    async def waker() -> None:
+        while True:
+            if not waiting:
+                parked.append(trio.lowlevel.current_task())
+                await trio.lowlevel.wait_task_rescheduled(abort)
+                continue
+            batch = waiting[:GROUP]
+            del waiting[:GROUP]
+            for task in batch:
+                trio.lowlevel.reschedule(task)
+            await trio.lowlevel.checkpoint()
+
+    async def writer(count: int) -> None:
+        for _ in range(count):
+            waiting.append(trio.lowlevel.current_task())
+            if parked:
+                trio.lowlevel.reschedule(parked.pop())
+            await trio.lowlevel.wait_task_rescheduled(abort)
+
+    async def main() -> tuple[float, float]:
+        longest = 0.0
+        done = trio.Event()
+
+        async def ticker() -> None:
+            nonlocal longest
+            while not done.is_set():
+                due = time.perf_counter() + 0.001
+                await trio.sleep(0.001)
+                longest = max(longest, time.perf_counter() - due)
+
+        rounds = 0
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(waker)
+            nursery.start_soon(ticker)
+            await trio.sleep(0.01)
+            start = time.perf_counter()
+            while not rounds or time.perf_counter() - start < 0.3:  # as long as the idle ticker
+                async with trio.open_nursery() as writers:
+                    for _ in range(tasks):
+                        writers.start_soon(writer, writes // tasks)
+                rounds += 1
+            elapsed = time.perf_counter() - start
+            done.set()
+            nursery.cancel_scope.cancel()
+        return rounds * (writes // tasks * tasks) / elapsed, longest
+
+    rate, longest = trio.run(main)
+    return {"rate": rate, "stall_ms": longest * 1000}
 
 
 def idle_ticker(path: Path, writes: int, tasks: int, synchronous: str) -> dict[str, Any]:
@@ -193,6 +258,7 @@ ROLES = {
     "each": baseline_each,
     "store": store_run,
     "inline": inline_trio,
+    "trio-alone": trio_alone,
     "idle": idle_ticker,
     "store-sequential": lambda path, writes, tasks, sync: store_run(path, writes, 1, sync),
 }
@@ -239,6 +305,7 @@ def main() -> None:
         ("each", args.sequential_writes, 1),
         ("store-sequential", args.sequential_writes, 1),
         ("inline", args.writes, args.tasks),
+        ("trio-alone", args.writes, args.tasks),
         ("idle", 0, 0),
     ]
     results: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -277,6 +344,13 @@ def main() -> None:
             f"{ours / grouped:.2f}x  ({per_commit:.0f} writes per commit)",
         )
         line("inline on the trio thread (reference)", inline, f"{inline / grouped:.2f}x")
+        alone = median("trio-alone", mode)
+        line(
+            "trio alone, one wake-up per write (reference)",
+            alone,
+            f"{alone / grouped:.2f}x  (with the baseline's work after it: "
+            f"{1 / (1 / grouped + 1 / alone) / grouped:.2f}x)",
+        )
         line("plain APSW, commit per write (baseline)", each, f"({1e6 / each:.0f} us per write)")
         line(
             "store.write from 1 task, one at a time",
@@ -286,6 +360,7 @@ def main() -> None:
         print(
             f"  longest trio loop stall (1 ms ticker, store runs): "
             f"{worst_stall(mode, 'store', 'store-sequential'):.2f} ms; "
+            f"trio alone: {worst_stall(mode, 'trio-alone'):.2f} ms; "
             f"idle loop on this machine: {worst_stall(mode, 'idle'):.2f} ms"
         )
 

@@ -3,16 +3,24 @@
 # Why this shape:
 # - SQLite allows one writer at a time, so the daemon has exactly one write connection, owned by one
 #   writer thread that lives as long as the store. Callers hand it small functions
-#   (`await store.write(fn)`): the job goes into a thread-safe queue and the caller parks. The
-#   writer takes every job that is waiting (up to `group_commit_max`) and runs them in ONE
-#   transaction, each inside its own savepoint, so a job that raises rolls back only itself and
-#   gets its own exception. A job alone in its group needs no savepoint: its failure rolls back the
-#   transaction, which holds nothing else. Under load that turns hundreds of fsync-bound commits
-#   into one (group commit).
-# - The per-write overhead is what an acknowledgement or a webhook cursor pays on every event, so
-#   the path is short: no thread hop per group (the writer thread waits on the queue), no event per
-#   job (the caller parks on its own task), and one call into trio per group
-#   (`TrioToken.run_sync_soon`) wakes every caller of that group.
+#   (`await store.write(fn)`) and park. The writer takes every job that is waiting (up to
+#   `group_commit_max`) and runs them in ONE transaction. Under load that turns hundreds of
+#   fsync-bound commits into one (group commit).
+# - Groups are optimistic: the jobs run without a savepoint each. When one raises, the transaction
+#   rolls back and that job gets its exception, which is the one it would have got with savepoints
+#   (the jobs before it ran the same way); the others run again in a fresh transaction, each in its
+#   own savepoint this time, so a failing job still rolls back only itself. Jobs rarely fail, and a
+#   savepoint per job cost about a quarter of the writer's time per job.
+# - The per-write overhead is what an acknowledgement or a webhook cursor pays on every event, and
+#   both threads pay it under one GIL, so the path is short on both sides: a write appends its job
+#   to a list and parks its own task (no event, no checkpoint of its own); a flusher task, woken by
+#   the first write of a scheduler pass, runs in the next pass and hands the whole list over with
+#   one queue put, so the writer thread wakes once per pass, not once per job; one call into trio
+#   per group (`TrioToken.run_sync_soon`) wakes every caller of that group. A lone write pays one
+#   extra scheduler pass for this.
+# - A cursor a job returns belongs to the writer's connection: the writer closes it before handing
+#   it back, so no other thread touches that connection (APSW frees an open cursor under the
+#   connection's lock, and retries from the trio thread while the writer holds it).
 # - SQLite calls block, so they never run on the trio thread: writes run in the writer thread
 #   (started through trio.to_thread with a limiter of its own) and reads in worker threads behind
 #   the store's own CapacityLimiter, so the HTTP layer's threads cannot starve the store (and the
@@ -59,20 +67,29 @@ class StoreClosed(Exception):
 class _WriteJob:
     """One `write(fn)`: filled in by the writer thread, read by `task` once rescheduled."""
 
-    __slots__ = ("error", "fn", "result", "task")
+    __slots__ = ("error", "fn", "result", "store", "task")
 
     def __init__(
-        self, fn: Callable[[apsw.Connection], Any], task: trio.lowlevel.Task | None
+        self,
+        fn: Callable[[apsw.Connection], Any],
+        task: trio.lowlevel.Task | None,
+        store: Store | None,
     ) -> None:
         self.fn = fn
         self.task = task
         """The caller to wake; None once it stopped waiting (cancelled)."""
+        self.store = store
         self.result: Any = None
         self.error: BaseException | None = None
 
     def abandon(self, raise_cancel: Any) -> trio.lowlevel.Abort:
-        # The job stays queued: a cancelled caller does not undo a write already handed over.
+        # A job still on the trio thread is dropped; one handed over stays queued: a cancelled
+        # caller does not undo a write already handed to the writer.
         self.task = None
+        store = self.store
+        if store is not None and self in store._pending:
+            store._pending.remove(self)
+            store._answered(1)
         return trio.lowlevel.Abort.SUCCEEDED
 
 
@@ -170,7 +187,15 @@ class Store:
         self._writer = self._connect()
         self._control = self._writer.cursor()
         """Runs BEGIN/SAVEPOINT/RELEASE/COMMIT (one reused cursor is cheaper than one per call)."""
-        self._jobs: queue.SimpleQueue[_WriteJob | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[list[_WriteJob] | None] = queue.SimpleQueue()
+        """Lists of jobs for the writer thread; None stops it."""
+        self._pending: list[_WriteJob] = []
+        """Jobs of this scheduler pass, not yet handed over (trio thread only)."""
+        self._flusher: trio.lowlevel.Task | None = None
+        """The task that hands `_pending` over, while it waits to be woken."""
+        self._flushing = False
+        """A flusher runs and the store is not stopping. Otherwise (before `run_writer`, after
+        it ends) each write hands its job over itself."""
         self._queued = 0
         """Jobs handed to the writer and not yet answered (trio thread only)."""
         self._max_queued = group_commit_max * 4
@@ -209,29 +234,46 @@ class Store:
         """Run fn(conn) in the writer's next transaction; its return value or exception comes back.
 
         The transaction commits before this returns. Cancelling the caller does not undo a write
-        that was already handed to the writer. `fn` runs in the writer thread and may run again in
-        a fresh transaction if SQLite abandons the first one because of another job (disk full,
-        I/O error), so it should only touch the database and its own return value.
+        that was already handed to the writer thread; a job still waiting for its hand-over (the
+        rest of the scheduler pass) is dropped. `fn` runs in the writer thread and may run again
+        in a fresh transaction when another job of its group fails (or SQLite abandons the first
+        transaction: disk full, I/O error), so it should only touch the database and its own
+        return value. A cursor it returns comes back closed (it belongs to the writer's
+        connection).
         """
-        await trio.lowlevel.checkpoint_if_cancelled()
-        if self.inline:
-            return self._write_inline(fn)
-        while self._queued >= self._max_queued and not self._stopping:
-            await self._room.park()
-        if self._stopping or self._closed:
-            raise StoreClosed("store is closed")
-        job = _WriteJob(fn, trio.lowlevel.current_task())
+        if not self._flushing or self._queued >= self._max_queued:
+            if self.inline:
+                await trio.lowlevel.checkpoint_if_cancelled()
+                return self._write_inline(fn)
+            await self._before_slow_write()
+        # No checkpoint before queueing: a caller already cancelled gets Cancelled from the wait
+        # below, and `abandon` drops its job, which is still on the trio thread.
+        job = _WriteJob(fn, trio.lowlevel.current_task(), self)
         self._queued += 1
-        self._jobs.put(job)
+        self._pending.append(job)
+        if self._flusher is not None:  # the first job of this scheduler pass: wake the flusher
+            trio.lowlevel.reschedule(self._flusher)
+            self._flusher = None
+        elif not self._flushing:
+            self._hand_over()
         await trio.lowlevel.wait_task_rescheduled(job.abandon)
         if job.error is not None:
             raise job.error
         return job.result
 
+    async def _before_slow_write(self) -> None:
+        """No flusher runs, or the queue is full: check for cancellation (the job would be
+        handed over at once), wait for room, refuse writes once stopping."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        while self._queued >= self._max_queued and not self._stopping:
+            await self._room.park()
+        if self._stopping or self._closed:
+            raise StoreClosed("store is closed")
+
     def _write_inline(self, fn: Callable[[apsw.Connection], T]) -> T:
         if self._stopping or self._closed:
             raise StoreClosed("store is closed")
-        job = _WriteJob(fn, None)
+        job = _WriteJob(fn, None, None)
         self._commit_group([job])
         if job.error is not None:
             raise job.error
@@ -258,99 +300,165 @@ class Store:
         if self.inline:
             await self._inline_stopped.wait()
             return
-        await trio.to_thread.run_sync(self._writer_loop, limiter=self._writer_limiter)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._flush_loop)
+            try:
+                await trio.to_thread.run_sync(self._writer_loop, limiter=self._writer_limiter)
+            finally:
+                nursery.cancel_scope.cancel()
 
     def stop_writer(self) -> None:
         """Refuse new writes (StoreClosed) and let the writer finish the queued ones and stop."""
         if not self._stopping:
             self._stopping = True
+            self._flushing = False
             self._inline_stopped.set()
+            self._hand_over()
             self._jobs.put(None)
             self._room.unpark_all()
+
+    def _hand_over(self) -> None:
+        """Give the writer thread every job collected on the trio thread, in one put."""
+        if self._pending:
+            self._jobs.put(self._pending)
+            self._pending = []
+
+    async def _flush_loop(self) -> None:
+        """Hand the jobs over once per scheduler pass: woken by the pass's first write, it runs
+        in the next pass, after every task of this one queued its job."""
+        self._flushing = not self._stopping
+        try:
+            while True:
+                self._hand_over()
+                self._flusher = trio.lowlevel.current_task()
+                await trio.lowlevel.wait_task_rescheduled(self._abort_flusher)
+        finally:  # cancelled: each write hands its job over itself again
+            self._flusher = None
+            self._flushing = False
+            self._hand_over()
+
+    def _abort_flusher(self, raise_cancel: Any) -> trio.lowlevel.Abort:
+        # At once, not in `_flush_loop`'s finally: a write before the flusher runs again must
+        # neither wake it a second time nor leave its job to it.
+        self._flusher = None
+        self._flushing = False
+        return trio.lowlevel.Abort.SUCCEEDED
 
     def _writer_loop(self) -> None:
         jobs, limit, token = self._jobs, self.group_commit_max, self._token
         assert token is not None
         running = True
         while running:
-            first = jobs.get()
-            if first is None:
+            batch = jobs.get()
+            if batch is None:
                 break
-            batch = [first]
-            while len(batch) < limit:
+            while True:  # every list waiting: a busy writer finds several
                 try:
-                    job = jobs.get_nowait()
+                    more = jobs.get_nowait()
                 except queue.Empty:
                     break
-                if job is None:
+                if more is None:
                     running = False
                     break
-                batch.append(job)
-            try:
-                self._commit_group(batch)
-            except BaseException as exc:  # a job raised past Exception: fail its group, go on
-                log.error("write group failed", error=f"{type(exc).__name__}: {exc}")
-                with contextlib.suppress(apsw.Error):
-                    if not self._writer.getautocommit():
-                        self._control.execute("ROLLBACK")
-                for job in batch:
-                    job.result = None
-                    job.error = job.error or exc
-            token.run_sync_soon(self._deliver, batch)
+                batch += more
+            for start in range(0, len(batch), limit):
+                group = batch[start : start + limit] if len(batch) > limit else batch
+                try:
+                    self._commit_group(group)
+                except BaseException as exc:  # a job raised past Exception: fail its group, go on
+                    log.error("write group failed", error=f"{type(exc).__name__}: {exc}")
+                    with contextlib.suppress(apsw.Error):
+                        if not self._writer.getautocommit():
+                            self._control.execute("ROLLBACK")
+                    for job in group:
+                        job.result = None
+                        job.error = job.error or exc
+                token.run_sync_soon(self._deliver, group)
 
     def _deliver(self, batch: list[_WriteJob]) -> None:
         """On the trio thread: wake the callers of a finished group."""
-        self._queued -= len(batch)
+        reschedule = trio.lowlevel.reschedule
         for job in batch:
             if job.task is not None:
-                trio.lowlevel.reschedule(job.task)
+                reschedule(job.task)
+        self._answered(len(batch))
+
+    def _answered(self, count: int) -> None:
+        self._queued -= count
         if self._room:
             self._room.unpark_all()
 
     def _commit_group(self, batch: list[_WriteJob]) -> None:
-        if len(batch) == 1:
-            self._commit_alone(batch[0])
-            return
-        todo = batch
+        todo = self._commit_optimistic(batch)
         while todo:
             todo = self._commit_once(todo)
 
-    def _commit_alone(self, job: _WriteJob) -> None:
-        """Run one job in its own transaction, without a savepoint: its failure rolls back the
-        transaction, which holds nothing else."""
+    def _commit_optimistic(self, batch: list[_WriteJob]) -> list[_WriteJob]:
+        """Run `batch` in one transaction without savepoints; return the jobs to run again.
+
+        When a job raises, the transaction rolls back: that job gets its exception (the jobs
+        before it ran as they would have with savepoints, so it failed as it would have), and the
+        others are returned, to run again with a savepoint each.
+        """
         conn, run = self._writer, self._control.execute
-        self.stats.transactions += 1
-        self.stats.write_jobs += 1
-        self.stats.largest_group = max(self.stats.largest_group, 1)
+        stats = self.stats
+        stats.transactions += 1
+        stats.write_jobs += len(batch)
+        if len(batch) > stats.largest_group:
+            stats.largest_group = len(batch)
         try:
             run("BEGIN")
-            try:
-                job.result = job.fn(conn)
-            except Exception as exc:
-                job.error = exc
-                self.stats.write_errors += 1
-                if isinstance(exc, STORAGE_ERRORS):
-                    self._storage_failed(exc)
-                if not conn.getautocommit():
-                    run("ROLLBACK")
-                return
-            run("COMMIT")
-        except Exception as exc:  # BEGIN, COMMIT or the rollback failed: nothing is stored
+        except Exception as exc:
+            self._transaction_failed(batch, exc)
+            return []
+        try:
+            for job in batch:
+                result = job.fn(conn)
+                if isinstance(result, apsw.Cursor):
+                    result.close()
+                job.result = result
+        except Exception as exc:
+            job.error = exc
+            job.result = None
+            stats.write_errors += 1
             if isinstance(exc, STORAGE_ERRORS):
                 self._storage_failed(exc)
-            if not conn.getautocommit():
-                with contextlib.suppress(apsw.Error):
+            others = [other for other in batch if other is not job]
+            try:
+                if not conn.getautocommit():
                     run("ROLLBACK")
+            except Exception as rollback_exc:
+                self._transaction_failed(others, rollback_exc)
+                return []
+            for other in others:
+                other.result = None
+            return others
+        try:
+            run("COMMIT")
+        except Exception as exc:
+            self._transaction_failed(batch, exc)
+            return []
+        self._storage_ok()
+        return []
+
+    def _transaction_failed(self, batch: list[_WriteJob], exc: Exception) -> None:
+        """BEGIN, COMMIT or a rollback failed: nothing is stored, every job without an error of
+        its own gets this one."""
+        if isinstance(exc, STORAGE_ERRORS):
+            self._storage_failed(exc)
+        if not self._writer.getautocommit():
+            with contextlib.suppress(apsw.Error):
+                self._control.execute("ROLLBACK")
+        log.error("write transaction failed", error=str(exc), jobs=len(batch))
+        for job in batch:
             if job.error is None:
-                log.error("write transaction failed", error=str(exc), jobs=1)
                 job.error = exc
                 job.result = None
                 self.stats.write_errors += 1
-            return
-        self._storage_ok()
 
     def _commit_once(self, batch: list[_WriteJob]) -> list[_WriteJob]:
-        """Run `batch` in one transaction; return the jobs to run again in a new one.
+        """Run `batch` in one transaction, each job in a savepoint; return the jobs to run again
+        in a new one.
 
         Some errors (SQLITE_FULL, IOERR, NOMEM, BUSY) make SQLite abandon the whole transaction,
         not just the failing job's savepoint. Then the jobs before it were rolled back and the
@@ -359,8 +467,6 @@ class Store:
         """
         conn, run = self._writer, self._control.execute
         self.stats.transactions += 1
-        self.stats.write_jobs += len(batch)
-        self.stats.largest_group = max(self.stats.largest_group, len(batch))
         lost = False
         failed = False
         try:
@@ -368,7 +474,10 @@ class Store:
             for job in batch:
                 run("SAVEPOINT job")  # only this job rolls back on error
                 try:
-                    job.result = job.fn(conn)
+                    result = job.fn(conn)
+                    if isinstance(result, apsw.Cursor):
+                        result.close()
+                    job.result = result
                 except Exception as exc:
                     job.error = exc
                     failed = True
@@ -385,17 +494,7 @@ class Store:
                 if not failed or not any(isinstance(job.error, STORAGE_ERRORS) for job in batch):
                     self._storage_ok()
         except Exception as exc:  # the commit (or a savepoint step) failed: nothing is stored
-            if isinstance(exc, STORAGE_ERRORS):
-                self._storage_failed(exc)
-            if not conn.getautocommit():
-                with contextlib.suppress(apsw.Error):
-                    run("ROLLBACK")
-            log.error("write transaction failed", error=str(exc), jobs=len(batch))
-            for job in batch:
-                if job.error is None:
-                    job.error = exc
-                    job.result = None
-            self.stats.write_errors += len(batch)
+            self._transaction_failed(batch, exc)
             return []
         if not lost:
             return []

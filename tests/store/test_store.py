@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -200,10 +201,27 @@ def record_statements(conn: apsw.Connection, seen: list[str]) -> None:
     conn.exec_trace = tracer
 
 
-async def test_a_job_alone_runs_without_a_savepoint(tmp_path: Path) -> None:
+async def queue_in_order(store: Store, nursery: trio.Nursery, *jobs: Any) -> list[Any]:
+    """Start one writer per job, each queued before the next starts (the writer must be held):
+    the jobs form one group in this order. Returns what each caller got (value or exception)."""
+    got: list[Any] = [None] * len(jobs)
+
+    async def call(i: int, job: Any) -> None:
+        try:
+            got[i] = await store.write(job)
+        except Exception as exc:
+            got[i] = exc
+
+    for i, job in enumerate(jobs):
+        nursery.start_soon(call, i, job)
+        await wait_all_tasks_blocked()
+    return got
+
+
+async def test_jobs_run_without_savepoints_until_one_fails(tmp_path: Path) -> None:
     seen: list[str] = []
     async with open_store(tmp_path / "db") as store:
-        await store.write(lambda c: c.execute("CREATE TABLE t(x INTEGER)"))
+        await store.write(lambda c: c.execute("CREATE TABLE t(x INTEGER UNIQUE)"))
         await store.write(lambda c: record_statements(c, seen))
         seen.clear()
         await store.write(lambda c: c.execute("INSERT INTO t VALUES (1)"))
@@ -213,12 +231,135 @@ async def test_a_job_alone_runs_without_a_savepoint(tmp_path: Path) -> None:
         gate = Gate()
         async with trio.open_nursery() as nursery:
             await held_writer(store, gate, nursery)
-            for x in (2, 3):
-                nursery.start_soon(insert_int, store, x)
-            await wait_all_tasks_blocked()
+            await queue_in_order(store, nursery, *(insert_job(x) for x in (2, 3)))
             gate.opened.set()
+        assert seen == ["BEGIN", "COMMIT", "BEGIN", "INSERT", "INSERT", "COMMIT"]
+
+        seen.clear()
+        gate = Gate()
+        async with trio.open_nursery() as nursery:
+            await held_writer(store, gate, nursery)
+            got = await queue_in_order(store, nursery, *(insert_job(x) for x in (4, 1, 5)))
+            gate.opened.set()
+        assert isinstance(got[1], apsw.ConstraintError)
+        rows = await store.read(lambda c: [r[0] for r in c.execute("SELECT x FROM t ORDER BY x")])
+        assert rows == [1, 2, 3, 4, 5]
         job = ["SAVEPOINT", "INSERT", "RELEASE"]
-        assert seen == ["BEGIN", "COMMIT", "BEGIN", *job, *job, "COMMIT"]
+        assert seen == [
+            *["BEGIN", "COMMIT"],  # the gate
+            *["BEGIN", "INSERT", "INSERT", "ROLLBACK"],  # 4, then 1 fails: all rolled back
+            *["BEGIN", *job, *job, "COMMIT"],  # 4 and 5 again, each in a savepoint
+        ]
+
+
+def insert_job(x: int) -> Callable[[apsw.Connection], apsw.Cursor]:
+    return lambda c: c.execute("INSERT INTO t VALUES (?)", (x,))
+
+
+async def test_a_failing_job_makes_the_others_of_its_group_run_again(tmp_path: Path) -> None:
+    """The documented price of optimistic groups: a job before the failing one runs twice, its
+    first run rolled back; each caller still gets its own outcome, once."""
+    runs: dict[str, int] = {}
+
+    def counted(name: str, fail: bool = False) -> Callable[[apsw.Connection], str]:
+        def job(conn: apsw.Connection) -> str:
+            runs[name] = runs.get(name, 0) + 1
+            conn.execute("INSERT INTO t VALUES (?)", (name,))
+            if fail:
+                raise ValueError(name)
+            return name
+
+        return job
+
+    async with open_store(tmp_path / "db") as store:
+        await store.write(lambda c: c.execute("CREATE TABLE t(x TEXT)"))
+        gate = Gate()
+        async with trio.open_nursery() as nursery:
+            await held_writer(store, gate, nursery)
+            got = await queue_in_order(
+                store, nursery, counted("before"), counted("bad", fail=True), counted("after")
+            )
+            gate.opened.set()
+        rows = await store.read(lambda c: sorted(r[0] for r in c.execute("SELECT x FROM t")))
+    assert got[0] == "before" and got[2] == "after"
+    assert isinstance(got[1], ValueError)
+    assert runs == {"before": 2, "bad": 1, "after": 1}
+    assert rows == ["after", "before"]
+
+
+async def test_a_storage_error_in_the_middle_of_a_group_fails_only_its_job(
+    tmp_path: Path,
+) -> None:
+    seen: list[str] = []
+    async with open_store(tmp_path / "db") as store:
+        await store.write(lambda c: c.execute("CREATE TABLE t(name TEXT, pad BLOB)"))
+        pages = await store.read(lambda c: one(c, "pragma page_count")[0])
+        await store.write(lambda c: c.execute(f"pragma max_page_count={pages + 2}"))
+        await store.write(lambda c: record_statements(c, seen))
+
+        def insert(name: str, size: int) -> Callable[[apsw.Connection], apsw.Cursor]:
+            return lambda c: c.execute("INSERT INTO t VALUES (?, zeroblob(?))", (name, size))
+
+        gate = Gate()
+        seen.clear()
+        async with trio.open_nursery() as nursery:
+            await held_writer(store, gate, nursery)
+            got = await queue_in_order(
+                store, nursery, insert("a", 10), insert("big", 1_000_000), insert("c", 10)
+            )
+            gate.opened.set()
+        stored = await store.read(lambda c: sorted(r[0] for r in c.execute("SELECT name FROM t")))
+        health = store.health()
+        statements = seen[2:]  # after the gate's group
+    assert isinstance(got[1], apsw.FullError)
+    assert not isinstance(got[0], Exception) and not isinstance(got[2], Exception)
+    assert stored == ["a", "c"]
+    job = ["SAVEPOINT", "INSERT", "RELEASE"]
+    assert statements == [
+        *["BEGIN", "INSERT", "INSERT"],  # a, then big: SQLite abandons the transaction itself
+        *["BEGIN", *job, *job, "COMMIT"],  # a and c again, each in a savepoint
+    ]
+    assert health.writable  # the others were stored: the database takes writes
+
+
+async def test_a_returned_cursor_comes_back_closed(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "db") as store:
+        cursor = await store.write(lambda c: c.execute("SELECT 1 UNION ALL SELECT 2"))
+        assert isinstance(cursor, apsw.Cursor)
+        with pytest.raises(apsw.CursorClosedError):
+            cursor.fetchall()
+
+
+async def test_writes_reach_the_writer_before_and_after_its_flusher_runs(tmp_path: Path) -> None:
+    """Before `run_writer` starts and once its task was cancelled (the writer thread itself only
+    stops through `stop_writer`), each write hands its job over itself."""
+    store = await trio.to_thread.run_sync(Store, tmp_path / "db")
+    await trio.to_thread.run_sync(store.open)
+    try:
+        async with trio.open_nursery() as nursery:
+            early: list[int] = []
+
+            async def write_early() -> None:
+                early.append(await store.write(lambda c: 1))
+
+            nursery.start_soon(write_early)
+            await wait_all_tasks_blocked()
+            scope = trio.CancelScope()
+
+            async def run_writer() -> None:
+                with scope:
+                    await store.run_writer()
+
+            nursery.start_soon(run_writer)
+            assert await store.write(lambda c: 2) == 2
+            scope.cancel()  # the flusher is woken with Cancelled but has not run yet
+            assert await store.write(lambda c: 3) == 3
+            await wait_all_tasks_blocked()
+            assert await store.write(lambda c: 4) == 4
+            store.stop_writer()
+        assert early == [1]
+    finally:
+        await trio.to_thread.run_sync(store.close)
 
 
 async def test_a_failing_job_alone_stores_nothing(tmp_path: Path) -> None:
