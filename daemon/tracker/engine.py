@@ -400,7 +400,9 @@ class Tracker:
         stat, at_ms = answer.value, answer.server_ms
         now = self.clock()
 
-        def complete(conn: apsw.Connection) -> None:
+        def complete(conn: apsw.Connection) -> int | None:
+            """The milestone passed, if this snapshot crossed one (counted and logged once the
+            write committed: the store may run a job twice)."""
             previous = ts.latest(conn, aid)
             ts.insert_snapshot(conn, aid, at_ms, stat)
             ts.finish(conn, [sid], "completed", now)
@@ -415,23 +417,20 @@ class Tracker:
                     self._schedule(conn, aid, "new", now + delay, now)
             elif type_ == "milestone":
                 if previous is not None and rules.milestone_achieved(previous.views, stat.views):
-                    self.stats.milestones_hit += 1
-                    log.info(
-                        "milestone reached",
-                        aid=aid,
-                        milestone=rules.closest_milestone(previous.views),
-                        views=stat.views,
-                    )
-                    return
+                    return rules.closest_milestone(previous.views)
                 eta = ts.eta_of(conn, aid, now)
                 if eta is None:
-                    return
+                    return None
                 ts.upsert_eta(conn, aid, eta.table_hours, eta.speed, stat.views, now)
                 delay = rules.milestone_continuation_ms(eta.adjusted_hours)
                 if delay is not None:
                     self._schedule(conn, aid, "milestone", now + delay, now)
+            return None
 
-        await self.store.write(complete)
+        milestone = await self.store.write(complete)
+        if milestone is not None:
+            self.stats.milestones_hit += 1
+            log.info("milestone reached", aid=aid, milestone=milestone, views=stat.views)
         metrics.snapshots.labels(type_).inc()
         self.stats.record_lag(type_, now, max(at_ms - planned, 0))
         return "completed"
