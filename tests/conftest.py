@@ -1,12 +1,27 @@
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import trio
 
+from daemon import config
+from daemon.app import Daemon, run_daemon
 from daemon.outbox import Outbox
 from daemon.store import Store, open_store
+from daemon.systemd import Notifier
+
+
+async def serve_daemon(nursery: trio.Nursery, path: Path) -> Daemon:
+    """Load `path` and run the daemon in `nursery` (no systemd notifications); returns it once
+    it serves."""
+    cfg = config.load(path)
+    daemon: Daemon = await nursery.start(
+        functools.partial(run_daemon, cfg, notifier=Notifier(None))
+    )
+    return daemon
 
 
 @pytest.fixture

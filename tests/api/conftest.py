@@ -14,12 +14,10 @@ import httpx
 import pytest
 import trio
 
-from daemon import config
-from daemon.app import Daemon, run_daemon
+from daemon.app import Daemon
 from daemon.collector.queue import stream_name
 from daemon.outbox import NewItem
-from daemon.systemd import Notifier
-from tests.conftest import NotifySocket
+from tests.conftest import NotifySocket, serve_daemon
 
 KEY = "k-0123456789abcdef-first"
 OLD_KEY = "k-0123456789abcdef-older"
@@ -44,12 +42,7 @@ async def start_daemon(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[S
     async def start(http: str = "", extra: str = "") -> Daemon:
         path = tmp_path / "crawld.toml"
         path.write_text(BASE.format(http=http, extra=extra))
-        cfg = config.load(path)
-
-        async def runner(task_status: trio.TaskStatus[Daemon]) -> None:
-            await run_daemon(cfg, notifier=Notifier(None), task_status=task_status)
-
-        daemon: Daemon = await nursery.start(runner)
+        daemon = await serve_daemon(nursery, path)
         started.append(daemon)
         return daemon
 

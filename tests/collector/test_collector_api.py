@@ -14,10 +14,9 @@ import httpx
 import pytest
 import trio
 
-from daemon import config
-from daemon.app import Daemon, run_daemon
+from daemon.app import Daemon
 from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
-from daemon.systemd import Notifier
+from tests.conftest import serve_daemon
 
 DAY = 86_400_000
 
@@ -94,12 +93,7 @@ async def running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
         async with httpx.AsyncClient() as http:
             r = Running(None, sim, path, f"http://{host}:{port}", http)  # type: ignore[arg-type]
             r.write("alpha", "beta")
-            cfg = config.load(path)
-            r.daemon = await nursery.start(
-                lambda task_status: run_daemon(
-                    cfg, notifier=Notifier(None), task_status=task_status
-                )
-            )
+            r.daemon = await serve_daemon(nursery, path)
             yield r
             r.daemon.request_stop()
         stop.set()
@@ -245,11 +239,8 @@ async def test_rows_left_for_a_renamed_queue_are_reported_at_start(
 
     text = running.path.read_text() + '\n[broker]\nqueue = "renamed"\n'
     running.path.write_text(text)
-    cfg = config.load(running.path)
     async with trio.open_nursery() as nursery:
-        second: Daemon = await nursery.start(
-            lambda task_status: run_daemon(cfg, notifier=Notifier(None), task_status=task_status)
-        )
+        second = await serve_daemon(nursery, running.path)
         size = (
             await running.http.get(
                 "http://{}:{}/queue/size".format(*second.http_address)  # type: ignore[str-format]

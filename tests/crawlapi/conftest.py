@@ -13,12 +13,11 @@ import pytest
 import trio
 from firecrawl import Firecrawl
 
-from daemon import config
-from daemon.app import Daemon, run_daemon
+from daemon.app import Daemon
 from daemon.crawl.service import CrawlService
 from daemon.fakes.receiver import WebhookReceiver, open_receiver
 from daemon.fakes.site import SiteSim, host_map_resolver, serve_site
-from daemon.systemd import Notifier
+from tests.conftest import serve_daemon
 
 T = TypeVar("T")
 
@@ -58,12 +57,7 @@ def crawl_config() -> str:
 async def daemon(tmp_path: Path, nursery: trio.Nursery, crawl_config: str) -> AsyncIterator[Daemon]:
     path = tmp_path / "crawld.toml"
     path.write_text(crawl_config)
-    cfg = config.load(path)
-
-    async def runner(task_status: trio.TaskStatus[Daemon]) -> None:
-        await run_daemon(cfg, notifier=Notifier(None), task_status=task_status)
-
-    running: Daemon = await nursery.start(runner)
+    running = await serve_daemon(nursery, path)
     service: CrawlService = running.parts["crawl"]
     service.configure(service.config, resolver=host_map_resolver())
     yield running

@@ -15,10 +15,10 @@ import httpx
 import pytest
 import trio
 
-from daemon import broker, config
-from daemon.app import Daemon, run_daemon
+from daemon import broker
+from daemon.app import Daemon
 from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
-from daemon.systemd import Notifier
+from tests.conftest import serve_daemon
 from tests.integration.conftest import RabbitCtl
 from tests.integration.test_broker import close_connections_named
 
@@ -98,14 +98,6 @@ def add_rows(sim: OctoparseSim, task_id: str, old: int, new: int) -> None:
     sim.append_dated(task_id, [now - DAY + i for i in range(new)])
 
 
-async def start_daemon(nursery: trio.Nursery, path: Path) -> Daemon:
-    cfg = config.load(path)
-    daemon: Daemon = await nursery.start(
-        lambda task_status: run_daemon(cfg, notifier=Notifier(None), task_status=task_status)
-    )
-    return daemon
-
-
 def api(daemon: Daemon, path: str) -> str:
     assert daemon.http_address is not None
     return f"http://{daemon.http_address[0]}:{daemon.http_address[1]}{path}"
@@ -124,7 +116,7 @@ async def test_rows_reach_rabbitmq_with_ttl_and_properties(
     path = tmp_path / "crawld.toml"
     path.write_text(setup.config_text(amqp_url, queue_name))
     async with trio.open_nursery() as nursery, httpx.AsyncClient() as http:
-        daemon = await start_daemon(nursery, path)
+        daemon = await serve_daemon(nursery, path)
         started = await http.post(api(daemon, "/crawl/start"), json={"task_id": "jobs"})
         assert started.status_code == 200
         await drained(daemon, 250, http)
@@ -149,7 +141,7 @@ async def test_broker_connection_closed_mid_run_loses_nothing(
     path = tmp_path / "crawld.toml"
     path.write_text(setup.config_text(amqp_url, queue_name, window=50))
     async with trio.open_nursery() as nursery, httpx.AsyncClient() as http:
-        daemon = await start_daemon(nursery, path)
+        daemon = await serve_daemon(nursery, path)
         await http.post(api(daemon, "/crawl/start"), json={"task_id": "jobs"})
         with trio.fail_after(30):
             while (await http.get(api(daemon, "/queue/size"))).json().get("size", 0) < 200:

@@ -11,13 +11,12 @@ import httpx
 import pytest
 import trio
 
-from daemon import config
-from daemon.app import Daemon, run_daemon
+from daemon.app import Daemon
 from daemon.config import WebhookSpec
 from daemon.fakes.receiver import WebhookReceiver
 from daemon.jobs import store as jobstore
 from daemon.jobs.manager import JobManager
-from daemon.systemd import Notifier
+from tests.conftest import serve_daemon
 from tests.jobs.conftest import SECRET_ENV
 
 CONFIG = f"""
@@ -41,12 +40,7 @@ UNKNOWN = "00000000-0000-4000-8000-000000000000"
 async def daemon(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Daemon]:
     path = tmp_path / "crawld.toml"
     path.write_text(CONFIG)
-    cfg = config.load(path)
-
-    async def runner(task_status: trio.TaskStatus[Daemon]) -> None:
-        await run_daemon(cfg, notifier=Notifier(None), task_status=task_status)
-
-    running: Daemon = await nursery.start(runner)
+    running = await serve_daemon(nursery, path)
     yield running
     running.request_stop()
 

@@ -10,12 +10,10 @@ import httpx
 import pytest
 import trio
 
-from daemon import config
-from daemon.app import run_daemon
 from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
 from daemon.fakes.receiver import WebhookReceiver
 from daemon.jobs.manager import JobManager
-from daemon.systemd import Notifier
+from tests.conftest import serve_daemon
 from tests.jobs.conftest import SECRET_ENV
 
 CONFIG = f"""
@@ -62,10 +60,7 @@ async def test_a_collector_run_is_a_job_with_ordered_webhooks(
         )
         path = tmp_path / "crawld.toml"
         path.write_text(CONFIG.format(base=f"http://{host}:{port}", task_id=task_id, hook=rx.url()))
-        cfg = config.load(path)
-        daemon = await nursery.start(
-            lambda task_status: run_daemon(cfg, notifier=Notifier(None), task_status=task_status)
-        )
+        daemon = await serve_daemon(nursery, path)
         assert daemon.http_address is not None
         api = "http://{}:{}".format(*daemon.http_address)
         answer = await http.post(f"{api}/crawl/start", json={"task_id": "alpha"})

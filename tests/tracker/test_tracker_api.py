@@ -12,10 +12,9 @@ import httpx
 import pytest
 import trio
 
-from daemon import config
-from daemon.app import Daemon, run_daemon
+from daemon.app import Daemon
 from daemon.fakes.bilibili import BilibiliSim, Curve, serve_sim
-from daemon.systemd import Notifier
+from tests.conftest import serve_daemon
 
 TEMPLATE = """
 [daemon]
@@ -80,12 +79,7 @@ async def running(tmp_path: Path) -> AsyncIterator[Running]:
         async with httpx.AsyncClient() as http:
             r = Running(None, sim, path, f"http://{host}:{port}", http)  # type: ignore[arg-type]
             r.write()
-            cfg = config.load(path)
-            r.daemon = await nursery.start(
-                lambda task_status: run_daemon(
-                    cfg, notifier=Notifier(None), task_status=task_status
-                )
-            )
+            r.daemon = await serve_daemon(nursery, path)
             yield r
             r.daemon.request_stop()
         stop.set()
