@@ -413,16 +413,9 @@ class Store:
             return []
         try:
             for job in batch:
-                result = job.fn(conn)
-                if isinstance(result, apsw.Cursor):
-                    result.close()
-                job.result = result
+                _run_job(job, conn)
         except Exception as exc:
-            job.error = exc
-            job.result = None
-            stats.write_errors += 1
-            if isinstance(exc, STORAGE_ERRORS):
-                self._storage_failed(exc)
+            self._job_failed(job, exc)
             others = [other for other in batch if other is not job]
             try:
                 if not conn.getautocommit():
@@ -440,6 +433,13 @@ class Store:
             return []
         self._storage_ok()
         return []
+
+    def _job_failed(self, job: _WriteJob, exc: Exception) -> None:
+        job.error = exc
+        job.result = None
+        self.stats.write_errors += 1
+        if isinstance(exc, STORAGE_ERRORS):
+            self._storage_failed(exc)
 
     def _transaction_failed(self, batch: list[_WriteJob], exc: Exception) -> None:
         """BEGIN, COMMIT or a rollback failed: nothing is stored, every job without an error of
@@ -474,16 +474,10 @@ class Store:
             for job in batch:
                 run("SAVEPOINT job")  # only this job rolls back on error
                 try:
-                    result = job.fn(conn)
-                    if isinstance(result, apsw.Cursor):
-                        result.close()
-                    job.result = result
+                    _run_job(job, conn)
                 except Exception as exc:
-                    job.error = exc
+                    self._job_failed(job, exc)
                     failed = True
-                    self.stats.write_errors += 1
-                    if isinstance(exc, STORAGE_ERRORS):
-                        self._storage_failed(exc)
                     if conn.getautocommit():  # SQLite abandoned the whole transaction
                         lost = True
                         break
@@ -515,6 +509,13 @@ class Store:
             self._writer.execute("pragma optimize")
         for conn in [self._writer, *self._readers]:
             conn.close()
+
+
+def _run_job(job: _WriteJob, conn: apsw.Connection) -> None:
+    result = job.fn(conn)
+    if isinstance(result, apsw.Cursor):
+        result.close()  # freed on the trio thread, an open writer cursor would wait for its lock
+    job.result = result
 
 
 def _read_tx(conn: apsw.Connection, fn: Callable[[apsw.Connection], T]) -> T:
