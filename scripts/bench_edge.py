@@ -46,6 +46,7 @@ async def ping(request: Request) -> Response:
 app = Starlette(routes=[Route("/ping", ping, methods=["POST"])])
 
 async def main() -> None:
+    assert not [m for m in sys.modules if m == "daemon" or m.startswith("daemon.")]
     config = Config()
     config.bind = ["127.0.0.1:0"]
     config.accesslog = None

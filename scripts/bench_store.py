@@ -1,9 +1,9 @@
 """Small write transactions per second through the store, next to plain APSW baselines.
 
 The store's write path is what every part of crawld uses: `await store.write(fn)` from many trio
-tasks, group-committed by one writer thread, each job in its own savepoint. Two baselines, each
-in its own process that imports nothing from `daemon` (checked), same schema, pragmas (WAL,
-`synchronous`) and rows:
+tasks, group-committed by one writer thread (savepoints only to retry after a job failed). Two
+baselines, each in its own process that imports nothing from `daemon` (checked), same schema,
+pragmas (WAL, `synchronous`) and rows:
 
 - grouped: one APSW connection in one thread committing the writes 100 per transaction. It is the
   fastest reasonable code for the same durability, and the figure to reach (goal: >= 0.5x).
