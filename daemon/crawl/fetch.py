@@ -43,6 +43,7 @@ from daemon.jobs.ssrf import (
     vet_url,
 )
 from daemon.metrics import REGISTRY
+from daemon.net.ttlcache import TtlCache
 from daemon.redact import cap, redact_url
 
 __all__ = [
@@ -289,7 +290,9 @@ class Fetcher:
         self.policy = policy
         self.gate = gate
         self._resolver = resolver or system_resolver
-        self._dns: OrderedDict[tuple[str, int], tuple[float, list[str]]] = OrderedDict()
+        self._dns: TtlCache[tuple[str, int], list[str]] = TtlCache(
+            DNS_CACHE_SECONDS, _DNS_CACHE_SIZE
+        )
         self._allow = parse_networks(policy.allow_cidrs)
         self._http = new_client(max_connections=256, max_keepalive=64)
         self._https: OrderedDict[tuple[str, bool], httpx.AsyncClient] = OrderedDict()
@@ -301,14 +304,11 @@ class Fetcher:
         address is still vetted at each use, so the cache cannot let a blocked one through."""
         key = (host, port)
         now = trio.current_time()
-        cached = self._dns.get(key)
-        if cached is not None and cached[0] > now:
-            self._dns.move_to_end(key)
-            return cached[1]
+        cached = self._dns.get(key, now)
+        if cached is not None:
+            return cached
         addresses = await self._resolver(host, port)
-        self._dns[key] = (now + DNS_CACHE_SECONDS, addresses)
-        while len(self._dns) > _DNS_CACHE_SIZE:
-            self._dns.popitem(last=False)
+        self._dns.put(key, addresses, now)
         return addresses
 
     def _client(self, scheme: str, host: str, verify: bool) -> httpx.AsyncClient:

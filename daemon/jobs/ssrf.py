@@ -41,6 +41,7 @@ import msgspec
 import trio
 
 from daemon.jobs.connections import HostConnections
+from daemon.net.ttlcache import TtlCache
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -118,34 +119,22 @@ VETTING_TTL = 30.0
 
 class VettingCache:
     """Vetted addresses by (URL, allow list) for `ttl` seconds of a monotonic clock the caller
-    passes in; at most `max_entries` (the oldest go first)."""
+    passes in; at most `max_entries`."""
 
     def __init__(self, ttl: float = VETTING_TTL, max_entries: int = 4096) -> None:
-        self.ttl = ttl
-        self.max_entries = max_entries
-        self._entries: dict[tuple[str, tuple[Network, ...]], tuple[float, Vetted]] = {}
+        self._cache: TtlCache[tuple[str, tuple[Network, ...]], Vetted] = TtlCache(ttl, max_entries)
 
     def get(self, url: str, allow: Sequence[Network], now: float) -> Vetted | None:
-        key = (url, tuple(allow))
-        found = self._entries.get(key)
-        if found is None:
-            return None
-        if found[0] <= now:
-            del self._entries[key]
-            return None
-        return found[1]
+        return self._cache.get((url, tuple(allow)), now)
 
     def put(self, url: str, allow: Sequence[Network], vetted: Vetted, now: float) -> None:
-        if len(self._entries) >= self.max_entries:
-            for stale in list(self._entries)[: max(1, self.max_entries // 8)]:
-                del self._entries[stale]
-        self._entries[(url, tuple(allow))] = (now + self.ttl, vetted)
+        self._cache.put((url, tuple(allow)), vetted, now)
 
     def clear(self) -> None:
-        self._entries.clear()
+        self._cache.clear()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._cache)
 
 
 def parse_networks(cidrs: Iterable[str]) -> list[Network]:
