@@ -6,6 +6,8 @@
 #
 # The sync functions (`append`, `ack`, `read_after_cursor`, …) run inside a caller's store
 # transaction; `Outbox` wraps them for trio code and wakes the drainers after the commit.
+# An item may point to the job row that stores its body (a collector row is kept once, for the
+# queue and for the run's `data`); reads join it back, so drainers always see whole items.
 # `MemoryStream` is the bounded in-memory variant with the same interface, for runs without a
 # store: a full stream makes the producer wait (backpressure) instead of dropping anything.
 from __future__ import annotations
@@ -31,6 +33,15 @@ class NewItem(msgspec.Struct, frozen=True):
     body: bytes
     meta: dict[str, Any] = {}
     expires_ms: int | None = None
+    job_row: tuple[str, int] | None = None
+    """(job id, n) of the job row that already stores `body` in this transaction: the item
+    points to it instead of holding a second copy (see migration 0007)."""
+
+
+def pointing_to_job_rows(items: Sequence[NewItem], job_id: str, first_n: int) -> list[NewItem]:
+    """`items` pointing to the job rows `first_n`, `first_n + 1`, … that hold their bodies."""
+    replace = msgspec.structs.replace
+    return [replace(it, job_row=(job_id, first_n + i)) for i, it in enumerate(items)]
 
 
 class Item(msgspec.Struct, frozen=True):
@@ -65,17 +76,18 @@ def append(conn: apsw.Connection, stream: str, items: Sequence[NewItem], at_ms: 
     )
     first = last - len(items) + 1
     conn.executemany(
-        "INSERT INTO outbox_items(stream, seq, key, body, meta, created_ms, expires_ms)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO outbox_items(stream, seq, key, body, meta, created_ms, expires_ms, row_job,"
+        " row_n) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             (
                 stream,
                 first + i,
                 it.key,
-                it.body,
+                it.body if it.job_row is None else b"",
                 _meta_encoder.encode(it.meta),
                 at_ms,
                 it.expires_ms,
+                *(it.job_row or (None, None)),
             )
             for i, it in enumerate(items)
         ),
@@ -83,11 +95,18 @@ def append(conn: apsw.Connection, stream: str, items: Sequence[NewItem], at_ms: 
     return list(range(first, last + 1))
 
 
+# An item pointing to a job row reads its body there; a missing row reads as NULL, which `_items`
+# refuses rather than deliver an empty body.
+_SELECT_ITEMS = (
+    "SELECT i.seq, i.key, iif(i.row_job IS NULL, i.body, r.body), i.meta, i.created_ms,"
+    " i.expires_ms FROM outbox_items i JOIN outbox_streams s ON s.stream = i.stream"
+    " LEFT JOIN job_rows r ON r.job_id = i.row_job AND r.n = i.row_n"
+)
+
+
 def read_after_cursor(conn: apsw.Connection, stream: str, limit: int) -> list[Item]:
     rows: list[Any] = conn.execute(
-        "SELECT i.seq, i.key, i.body, i.meta, i.created_ms, i.expires_ms"
-        " FROM outbox_items i JOIN outbox_streams s ON s.stream = i.stream"
-        " WHERE i.stream = ? AND i.seq > s.ack_cursor ORDER BY i.seq LIMIT ?",
+        _SELECT_ITEMS + " WHERE i.stream = ? AND i.seq > s.ack_cursor ORDER BY i.seq LIMIT ?",
         (stream, limit),
     ).fetchall()
     return _items(stream, rows)
@@ -97,9 +116,8 @@ def read_after(conn: apsw.Connection, stream: str, after_seq: int, limit: int) -
     """Up to `limit` items after both `after_seq` and the ack cursor, in order: what a drainer
     with batches in flight reads next."""
     rows: list[Any] = conn.execute(
-        "SELECT i.seq, i.key, i.body, i.meta, i.created_ms, i.expires_ms"
-        " FROM outbox_items i JOIN outbox_streams s ON s.stream = i.stream"
-        " WHERE i.stream = ? AND i.seq > max(s.ack_cursor, ?) ORDER BY i.seq LIMIT ?",
+        _SELECT_ITEMS
+        + " WHERE i.stream = ? AND i.seq > max(s.ack_cursor, ?) ORDER BY i.seq LIMIT ?",
         (stream, after_seq, limit),
     ).fetchall()
     return _items(stream, rows)
@@ -114,6 +132,8 @@ def _items(stream: str, rows: list[Any]) -> list[Item]:
         decoded = metas.get(meta)
         if decoded is None:
             decoded = metas[meta] = _meta_decoder.decode(meta)
+        if body is None:
+            raise LookupError(f"outbox item {stream}:{seq} points to a job row that is gone")
         items.append(Item(stream, seq, key, bytes(body), decoded, created, expires))
     return items
 

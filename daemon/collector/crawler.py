@@ -37,8 +37,13 @@ from daemon.collector.store import (
 )
 from daemon.config import CollectorConfig, TaskConfig, WebhookSpec, webhook_spec
 from daemon.logs import get_logger
-from daemon.outbox import Outbox, now_ms
+from daemon.outbox import Outbox, now_ms, pointing_to_job_rows
 from daemon.store import Store
+
+
+class PageWritten(Protocol):
+    first_row: int | None
+    """`n` of the page's first job row (its queue items point there); None: rows not kept."""
 
 
 class JobSink(Protocol):
@@ -47,7 +52,7 @@ class JobSink(Protocol):
     async def create_job(
         self, kind: str, *, webhook: WebhookSpec | None, source: dict[str, Any]
     ) -> str: ...
-    def page_in_tx(self, conn: apsw.Connection, job_id: str, rows: list[Any]) -> Any: ...
+    def page_in_tx(self, conn: apsw.Connection, job_id: str, rows: list[Any]) -> PageWritten: ...
     async def after_commit(self, pending: Any) -> None: ...
     async def finish(
         self,
@@ -332,17 +337,21 @@ class TaskCrawler:
             self.task.id, stats.run_id, window.offset, kept, now, ttl_from=self.task.ttl_from
         )
         # The job's rows are the bodies already encoded for the queue, passed as msgspec.Raw:
-        # stored and sent as they are, never decoded and encoded a second time.
+        # stored once, in the job's rows, and sent as they are; the queue items point to them.
         rows = [msgspec.Raw(item.body) for item in items]
-        pending: Any = None
+        pending: PageWritten | None = None
 
         def commit(conn: apsw.Connection) -> None:
             nonlocal pending
-            if items:
-                outbox_mod.append(conn, self.stream, items, now)
+            queued = items
+            job_id = stats.job_id
+            if self.jobs is not None and job_id is not None and rows:
+                pending = self.jobs.page_in_tx(conn, job_id, rows)
+                if pending.first_row is not None:
+                    queued = pointing_to_job_rows(items, job_id, pending.first_row)
+            if queued:
+                outbox_mod.append(conn, self.stream, queued, now)
             save_progress(conn, self.task.id, after, stats.run_id, stats.job_id, now)
-            if self.jobs is not None and stats.job_id is not None and rows:
-                pending = self.jobs.page_in_tx(conn, stats.job_id, rows)
 
         try:
             await self.store.write(commit)

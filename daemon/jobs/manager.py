@@ -70,6 +70,8 @@ class PendingEvents:
     """Numbered events for the job's memory queue, in seq order."""
     terminal: bool = False
     degraded: bool = False
+    first_row: int | None = None
+    """`n` of the first job row the transaction stored (`page_in_tx`), None when none was kept."""
 
 
 class _UnsavedFinish(msgspec.Struct, frozen=True):
@@ -193,8 +195,8 @@ class JobManager:
         if job_id in self._unsaved:
             raise JobFinished(job_id, self._unsaved[job_id].status)
         record = jobstore.require_running(conn, job_id)
-        jobstore.add_rows(conn, job_id, rows, total, keep=keep)
-        pending = PendingEvents(job_id)
+        first_row = jobstore.add_rows(conn, job_id, rows, total, keep=keep)
+        pending = PendingEvents(job_id, first_row=first_row)
         self._event_in_tx(conn, record, "page", rows, None, pending)
         return pending
 

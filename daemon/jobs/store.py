@@ -163,11 +163,16 @@ def add_rows(
     total: int | None = None,
     *,
     keep: bool = True,
-) -> None:
+) -> int | None:
     """Store rows after the job's earlier ones and count them as completed (`keep=False`: count
-    them only, e.g. a zeroDataRetention crawl whose documents go to its webhook alone)."""
+    them only, e.g. a zeroDataRetention crawl whose documents go to its webhook alone).
+
+    Returns the number `n` of the first row stored (the others follow it), None when not kept.
+    """
+    first: int | None = None
     if keep:
         (last,) = one(conn, "SELECT coalesce(max(n), 0) FROM job_rows WHERE job_id = ?", (job_id,))
+        first = last + 1
         conn.executemany(
             "INSERT INTO job_rows(job_id, n, body) VALUES (?, ?, ?)",
             ((job_id, last + i, _encode(row)) for i, row in enumerate(rows, start=1)),
@@ -177,6 +182,7 @@ def add_rows(
         " WHERE id = ?",
         (len(rows), len(rows), total or 0, job_id),
     )
+    return first
 
 
 def set_total(conn: apsw.Connection, job_id: str, total: int) -> None:
@@ -373,9 +379,14 @@ def resumable(conn: apsw.Connection) -> list[tuple[JobRecord, int]]:
 
 
 def expired(conn: apsw.Connection, now_ms: int, limit: int) -> list[str]:
-    """Ids of finished jobs whose expiry has passed, oldest first."""
+    """Ids of finished jobs whose expiry has passed, oldest first.
+
+    A job whose rows are still bodies of unacknowledged queue items (a collector run while the
+    broker is away) is left until they are acknowledged: deleting it would lose those rows.
+    """
     rows: list[Any] = conn.execute(
         "SELECT id FROM jobs WHERE status <> 'scraping' AND expires_ms <= ?"
+        " AND NOT EXISTS (SELECT 1 FROM outbox_items o WHERE o.row_job = jobs.id)"
         " ORDER BY expires_ms LIMIT ?",
         (now_ms, limit),
     ).fetchall()

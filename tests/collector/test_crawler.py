@@ -6,6 +6,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import msgspec
@@ -261,7 +262,7 @@ class RecordingJobs:
 
     def page_in_tx(self, conn: object, job_id: str, rows: list[dict[str, object]]) -> object:
         self.pages.append((job_id, len(rows)))
-        return None
+        return SimpleNamespace(first_row=None)  # rows not stored: queue items keep their bodies
 
     async def after_commit(self, pending: object) -> None:
         pass

@@ -70,6 +70,13 @@ async def test_a_collector_run_is_a_job_with_ordered_webhooks(
         with trio.fail_after(20):
             await jobs.wait_drained(job)
         status = (await http.get(f"{api}/v2/crawl/{job}?limit=1000")).json()
+        queued = await daemon.store.read(
+            lambda c: c.execute(
+                "SELECT body, row_job, row_n FROM outbox_items"
+                " WHERE stream LIKE 'queue:%' ORDER BY seq"
+            ).fetchall()
+        )
+        consumed = (await http.post(f"{api}/consume", json={"count": 1000})).json()["messages"]
 
         # A webhook given with the request replaces the task's, with its own event filter.
         sim.append_dated(task_id, [now + i for i in range(30)])
@@ -98,6 +105,9 @@ async def test_a_collector_run_is_a_job_with_ordered_webhooks(
     assert len(pages) == 120
     assert (status["status"], status["completed"]) == ("completed", 120)
     assert status["data"] == pages  # GET shows the rows the page events carried, in order
+    # Each row is stored once, as the job's row; its queue item points there and reads it back.
+    assert queued == [(b"", job, n) for n in range(1, 121)]
+    assert [m["body"] for m in consumed] == pages
     [only] = rx.events(second)
     assert (only.type, only.seq, only.path) == ("crawl.completed", 1, "/other")
     assert "metadata" in only.json and only.json["metadata"] == {}

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import apsw
+import msgspec
 import pytest
 
 from daemon import outbox
@@ -198,3 +199,46 @@ async def test_expired_jobs_are_deleted_in_chunks_with_everything_they_own(store
         )
 
     assert await store.read(counts) == (1, 0, 0, 0, 0)
+
+
+async def test_queue_items_point_to_job_rows_and_hold_back_the_jobs_expiry(store: Store) -> None:
+    rows = [msgspec.Raw(b'{"i":%d}' % i) for i in range(3)]
+    queued = [NewItem(f"k{i}", bytes(row)) for i, row in enumerate(rows)]
+
+    def setup(conn: apsw.Connection) -> None:
+        create(conn, "run", webhook=None)
+        first = jobstore.add_rows(conn, "run", rows)
+        assert first == 1
+        outbox.append(conn, "queue:q", outbox.pointing_to_job_rows(queued, "run", first), 0)
+        jobstore.set_finished(conn, "run", "completed", None, 2000, 3000)
+
+    await store.write(setup)
+    stored = "SELECT body, row_job, row_n FROM outbox_items ORDER BY seq"
+    assert await store.read(lambda c: c.execute(stored).fetchall()) == [
+        (b"", "run", 1),
+        (b"", "run", 2),
+        (b"", "run", 3),
+    ]
+    items = await store.read(lambda c: outbox.read_after_cursor(c, "queue:q", 10))
+    assert [(i.key, i.body) for i in items] == [(q.key, q.body) for q in queued]
+
+    # Past its expiry the job stays while queue items still need its rows, and goes after.
+    assert await store.read(lambda c: jobstore.expired(c, 9000, 10)) == []
+    await store.write(lambda c: outbox.ack(c, "queue:q", 2))
+    assert await store.read(lambda c: jobstore.expired(c, 9000, 10)) == []
+    await store.write(lambda c: outbox.ack(c, "queue:q", 3))
+    assert await store.read(lambda c: jobstore.expired(c, 9000, 10)) == ["run"]
+
+
+async def test_an_item_whose_job_row_is_gone_is_refused_not_sent_empty(store: Store) -> None:
+    def setup(conn: apsw.Connection) -> None:
+        create(conn, "run", webhook=None)
+        first = jobstore.add_rows(conn, "run", [{"i": 1}])
+        assert first is not None
+        items = outbox.pointing_to_job_rows([NewItem("k", b'{"i":1}')], "run", first)
+        outbox.append(conn, "queue:q", items, 0)
+        conn.execute("DELETE FROM job_rows")
+
+    await store.write(setup)
+    with pytest.raises(LookupError, match="queue:q:1 points to a job row that is gone"):
+        await store.read(lambda c: outbox.read_after_cursor(c, "queue:q", 10))
