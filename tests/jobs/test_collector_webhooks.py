@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -13,6 +14,7 @@ import trio
 from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
 from daemon.fakes.receiver import WebhookReceiver
 from daemon.jobs.manager import JobManager
+from daemon.store import one
 from tests.conftest import serve_daemon
 from tests.jobs.conftest import SECRET_ENV
 
@@ -111,3 +113,49 @@ async def test_a_collector_run_is_a_job_with_ordered_webhooks(
     [only] = rx.events(second)
     assert (only.type, only.seq, only.path) == ("crawl.completed", 1, "/other")
     assert "metadata" in only.json and only.json["metadata"] == {}
+
+
+async def test_rows_waiting_for_the_queue_outlive_their_expired_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rx: WebhookReceiver
+) -> None:
+    # Nobody consumes while the run's job expires (jobs.ttl 1 ms): the job answers 404 like any
+    # expired job, yet the cleanup keeps it, because its rows are the bodies of the queued
+    # messages; once they are taken, the next cleanup deletes it and its rows.
+    monkeypatch.setenv("SIM_PW", DEMO_PASSWORD)
+    sim = OctoparseSim()
+    task_id = sim.add_task("alpha")
+    now = int(time.time() * 1000)
+    sim.append_dated(task_id, [now - 3_600_000 + i for i in range(120)])
+    config = CONFIG.format(base="{base}", task_id=task_id, hook=rx.url()) + '[jobs]\nttl = "1ms"\n'
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery, httpx.AsyncClient(trust_env=False) as http:
+        host, port = await nursery.start(
+            lambda task_status: serve_sim(
+                sim, "127.0.0.1:0", shutdown=stop, task_status=task_status
+            )
+        )
+        path = tmp_path / "crawld.toml"
+        path.write_text(config.replace("{base}", f"http://{host}:{port}"))
+        daemon = await serve_daemon(nursery, path)
+        assert daemon.http_address is not None
+        api = "http://{}:{}".format(*daemon.http_address)
+        answer = await http.post(f"{api}/crawl/start", json={"task_id": "alpha"})
+        job = answer.json()["started"][0]["job_id"]
+        jobs: JobManager = daemon.jobs
+        with trio.fail_after(20):
+            await jobs.wait_drained(job)
+        while (await http.get(f"{api}/v2/crawl/{job}")).status_code != 404:
+            await trio.sleep(0.005)  # the 1 ms ttl passes after the run completed
+        assert await jobs.cleanup_once() == 0
+        consumed = (await http.post(f"{api}/consume", json={"count": 1000})).json()["messages"]
+        assert await jobs.cleanup_once() == 1
+
+        def left(conn: Any) -> tuple[int, int]:
+            return one(conn, "SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM job_rows)")
+
+        remaining = await daemon.store.read(left)
+        daemon.request_stop()
+        stop.set()
+
+    assert sorted(int(m["body"]["序号"]) for m in consumed) == list(range(120))
+    assert remaining == (0, 0)
