@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-import time
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +12,11 @@ import httpx
 import pytest
 import trio
 
+from daemon.app import Daemon
 from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
 from daemon.fakes.receiver import WebhookReceiver
 from daemon.jobs.manager import JobManager
+from daemon.outbox import now_ms
 from daemon.store import one
 from tests.conftest import serve_daemon
 from tests.jobs.conftest import SECRET_ENV
@@ -45,14 +48,16 @@ allow_cidrs = ["127.0.0.0/8"]
 """
 
 
-async def test_a_collector_run_is_a_job_with_ordered_webhooks(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rx: WebhookReceiver
-) -> None:
+@contextlib.asynccontextmanager
+async def collector_daemon(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hook: str, extra_config: str = ""
+) -> AsyncIterator[tuple[OctoparseSim, Daemon, httpx.AsyncClient, str]]:
+    """The simulator (task "alpha", 120 rows of the last hour), the daemon of CONFIG (plus
+    `extra_config`), an HTTP client and the API's base URL; all stopped on exit."""
     monkeypatch.setenv("SIM_PW", DEMO_PASSWORD)
     sim = OctoparseSim()
     task_id = sim.add_task("alpha")
-    now = int(time.time() * 1000)
-    sim.append_dated(task_id, [now - 3_600_000 + i for i in range(120)])
+    sim.append_dated(task_id, [now_ms() - 3_600_000 + i for i in range(120)])
     stop = trio.Event()
     async with trio.open_nursery() as nursery, httpx.AsyncClient(trust_env=False) as http:
         host, port = await nursery.start(
@@ -61,10 +66,21 @@ async def test_a_collector_run_is_a_job_with_ordered_webhooks(
             )
         )
         path = tmp_path / "crawld.toml"
-        path.write_text(CONFIG.format(base=f"http://{host}:{port}", task_id=task_id, hook=rx.url()))
+        base = f"http://{host}:{port}"
+        path.write_text(CONFIG.format(base=base, task_id=task_id, hook=hook) + extra_config)
         daemon = await serve_daemon(nursery, path)
         assert daemon.http_address is not None
-        api = "http://{}:{}".format(*daemon.http_address)
+        try:
+            yield sim, daemon, http, "http://{}:{}".format(*daemon.http_address)
+        finally:
+            daemon.request_stop()
+            stop.set()
+
+
+async def test_a_collector_run_is_a_job_with_ordered_webhooks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rx: WebhookReceiver
+) -> None:
+    async with collector_daemon(tmp_path, monkeypatch, rx.url()) as (sim, daemon, http, api):
         answer = await http.post(f"{api}/crawl/start", json={"task_id": "alpha"})
         assert answer.status_code == 200, answer.text
         job = answer.json()["started"][0]["job_id"]
@@ -81,7 +97,8 @@ async def test_a_collector_run_is_a_job_with_ordered_webhooks(
         consumed = (await http.post(f"{api}/consume", json={"count": 1000})).json()["messages"]
 
         # A webhook given with the request replaces the task's, with its own event filter.
-        sim.append_dated(task_id, [now + i for i in range(30)])
+        [task_id] = sim.tasks
+        sim.append_dated(task_id, [now_ms() + i for i in range(30)])
         answer = await http.post(
             f"{api}/crawl/start",
             json={
@@ -93,8 +110,6 @@ async def test_a_collector_run_is_a_job_with_ordered_webhooks(
         second = answer.json()["started"][0]["job_id"]
         with trio.fail_after(20):
             await jobs.wait_drained(second)
-        daemon.request_stop()
-        stop.set()
 
     rx.check()
     events = rx.events(job)
@@ -121,24 +136,8 @@ async def test_rows_waiting_for_the_queue_outlive_their_expired_job(
     # Nobody consumes while the run's job expires (jobs.ttl 1 ms): the job answers 404 like any
     # expired job, yet the cleanup keeps it, because its rows are the bodies of the queued
     # messages; once they are taken, the next cleanup deletes it and its rows.
-    monkeypatch.setenv("SIM_PW", DEMO_PASSWORD)
-    sim = OctoparseSim()
-    task_id = sim.add_task("alpha")
-    now = int(time.time() * 1000)
-    sim.append_dated(task_id, [now - 3_600_000 + i for i in range(120)])
-    config = CONFIG.format(base="{base}", task_id=task_id, hook=rx.url()) + '[jobs]\nttl = "1ms"\n'
-    stop = trio.Event()
-    async with trio.open_nursery() as nursery, httpx.AsyncClient(trust_env=False) as http:
-        host, port = await nursery.start(
-            lambda task_status: serve_sim(
-                sim, "127.0.0.1:0", shutdown=stop, task_status=task_status
-            )
-        )
-        path = tmp_path / "crawld.toml"
-        path.write_text(config.replace("{base}", f"http://{host}:{port}"))
-        daemon = await serve_daemon(nursery, path)
-        assert daemon.http_address is not None
-        api = "http://{}:{}".format(*daemon.http_address)
+    extra = '[jobs]\nttl = "1ms"\n'
+    async with collector_daemon(tmp_path, monkeypatch, rx.url(), extra) as (_, daemon, http, api):
         answer = await http.post(f"{api}/crawl/start", json={"task_id": "alpha"})
         job = answer.json()["started"][0]["job_id"]
         jobs: JobManager = daemon.jobs
@@ -154,8 +153,6 @@ async def test_rows_waiting_for_the_queue_outlive_their_expired_job(
             return one(conn, "SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM job_rows)")
 
         remaining = await daemon.store.read(left)
-        daemon.request_stop()
-        stop.set()
 
     assert sorted(int(m["body"]["序号"]) for m in consumed) == list(range(120))
     assert remaining == (0, 0)
