@@ -84,6 +84,22 @@ def baseline_each(path: Path, writes: int, tasks: int, synchronous: str) -> dict
     return {"rate": writes / elapsed}
 
 
+class StallTicker:
+    """Wakes every 1 ms and keeps how late it woke at worst: the longest the trio loop was
+    blocked while it ran (until cancelled, or until the `perf_counter` time `until`)."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+
+    async def run(self, until: float = float("inf")) -> None:
+        import trio
+
+        while time.perf_counter() < until:
+            due = time.perf_counter() + 0.001
+            await trio.sleep(0.001)
+            self.longest = max(self.longest, time.perf_counter() - due)
+
+
 def inline_trio(path: Path, writes: int, tasks: int, synchronous: str) -> dict[str, Any]:
     import trio
 
@@ -165,20 +181,11 @@ def trio_alone(path: Path, writes: int, tasks: int, synchronous: str) -> dict[st
             await trio.lowlevel.wait_task_rescheduled(abort)
 
     async def main() -> tuple[float, float]:
-        longest = 0.0
-        done = trio.Event()
-
-        async def ticker() -> None:
-            nonlocal longest
-            while not done.is_set():
-                due = time.perf_counter() + 0.001
-                await trio.sleep(0.001)
-                longest = max(longest, time.perf_counter() - due)
-
+        ticker = StallTicker()
         rounds = 0
         async with trio.open_nursery() as nursery:
             nursery.start_soon(waker)
-            nursery.start_soon(ticker)
+            nursery.start_soon(ticker.run)
             await trio.sleep(0.01)
             start = time.perf_counter()
             while not rounds or time.perf_counter() - start < 0.3:  # as long as the idle ticker
@@ -187,9 +194,8 @@ def trio_alone(path: Path, writes: int, tasks: int, synchronous: str) -> dict[st
                         writers.start_soon(writer, writes // tasks)
                 rounds += 1
             elapsed = time.perf_counter() - start
-            done.set()
             nursery.cancel_scope.cancel()
-        return rounds * (writes // tasks * tasks) / elapsed, longest
+        return rounds * (writes // tasks * tasks) / elapsed, ticker.longest
 
     rate, longest = trio.run(main)
     return {"rate": rate, "stall_ms": longest * 1000}
@@ -198,16 +204,9 @@ def trio_alone(path: Path, writes: int, tasks: int, synchronous: str) -> dict[st
 def idle_ticker(path: Path, writes: int, tasks: int, synchronous: str) -> dict[str, Any]:
     import trio
 
-    async def main() -> float:
-        longest = 0.0
-        end = time.perf_counter() + 0.3
-        while time.perf_counter() < end:
-            due = time.perf_counter() + 0.001
-            await trio.sleep(0.001)
-            longest = max(longest, time.perf_counter() - due)
-        return longest
-
-    return {"stall_ms": trio.run(main) * 1000}
+    ticker = StallTicker()
+    trio.run(ticker.run, time.perf_counter() + 0.3)
+    return {"stall_ms": ticker.longest * 1000}
 
 
 def store_run(path: Path, writes: int, tasks: int, synchronous: str) -> dict[str, Any]:
@@ -216,17 +215,9 @@ def store_run(path: Path, writes: int, tasks: int, synchronous: str) -> dict[str
     from daemon.store import open_store
 
     async def run() -> dict[str, Any]:
-        longest_stall = 0.0
+        ticker = StallTicker()
         async with open_store(path, synchronous=synchronous) as store:
             await store.write(lambda c: c.execute(SCHEMA))
-            done = trio.Event()
-
-            async def ticker() -> None:
-                nonlocal longest_stall
-                while not done.is_set():
-                    due = time.perf_counter() + 0.001
-                    await trio.sleep(0.001)
-                    longest_stall = max(longest_stall, time.perf_counter() - due)
 
             async def writer(task: int, count: int) -> None:
                 for _ in range(count):
@@ -235,18 +226,18 @@ def store_run(path: Path, writes: int, tasks: int, synchronous: str) -> dict[str
             per_task = writes // tasks
             before = store.stats.transactions
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(ticker)
+                nursery.start_soon(ticker.run)
                 await trio.sleep(0.01)
                 start = time.perf_counter()
                 async with trio.open_nursery() as writers:
                     for t in range(tasks):
                         writers.start_soon(writer, t, per_task)
                 elapsed = time.perf_counter() - start
-                done.set()
+                nursery.cancel_scope.cancel()
             transactions = store.stats.transactions - before
         return {
             "rate": per_task * tasks / elapsed,
-            "stall_ms": longest_stall * 1000,
+            "stall_ms": ticker.longest * 1000,
             "writes_per_commit": per_task * tasks / max(transactions, 1),
         }
 
