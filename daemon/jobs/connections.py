@@ -15,8 +15,9 @@
 # (scheme, IP, port), so a new vetted address never reuses a connection made for the old one.
 from __future__ import annotations
 
+import contextlib
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import httpcore
 import httpx
@@ -25,31 +26,31 @@ import trio
 KEEPALIVE_S = 5.0
 """An idle connection is closed after this long (httpx's default)."""
 
-_ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
-    (httpcore.ConnectTimeout, httpx.ConnectTimeout),
-    (httpcore.ReadTimeout, httpx.ReadTimeout),
-    (httpcore.WriteTimeout, httpx.WriteTimeout),
-    (httpcore.PoolTimeout, httpx.PoolTimeout),
-    (httpcore.TimeoutException, httpx.TimeoutException),
-    (httpcore.ConnectError, httpx.ConnectError),
-    (httpcore.ReadError, httpx.ReadError),
-    (httpcore.WriteError, httpx.WriteError),
-    (httpcore.NetworkError, httpx.NetworkError),
-    (httpcore.UnsupportedProtocol, httpx.UnsupportedProtocol),
-    (httpcore.LocalProtocolError, httpx.LocalProtocolError),
-    (httpcore.RemoteProtocolError, httpx.RemoteProtocolError),
-    (httpcore.ProtocolError, httpx.ProtocolError),
-    (httpcore.ConnectionNotAvailable, httpx.RemoteProtocolError),  # a connection gone stale
-)
-"""httpcore's errors as httpx raises them (most specific first)."""
-
 
 def httpx_error(exc: Exception) -> Exception:
-    """The httpx exception httpx's own transport raises for httpcore's `exc` (else `exc`)."""
-    for core, mapped in _ERRORS:
-        if isinstance(exc, core):
+    """The httpx exception httpx's own transport raises for httpcore's `exc` (else `exc`).
+
+    httpx names its transport errors after httpcore's, so the most specific httpcore class of
+    `exc` that httpx also has is the one (httpx's own table of them is private).
+    """
+    if isinstance(exc, httpcore.ConnectionNotAvailable):  # a pooled connection gone stale
+        return httpx.RemoteProtocolError(str(exc))
+    for cls in type(exc).__mro__:
+        mapped = getattr(httpx, cls.__name__, None) if cls.__module__ == "httpcore" else None
+        if isinstance(mapped, type) and issubclass(mapped, httpx.TransportError):
             return mapped(str(exc))
     return exc
+
+
+@contextlib.contextmanager
+def _as_httpx_errors() -> Iterator[None]:
+    try:
+        yield
+    except Exception as exc:
+        mapped = httpx_error(exc)
+        if mapped is exc:
+            raise
+        raise mapped from exc
 
 
 class HostConnections(httpx.AsyncBaseTransport):
@@ -101,13 +102,10 @@ class HostConnections(httpx.AsyncBaseTransport):
             )
             self.opened += 1
         try:
-            response = await conn.handle_async_request(core)
-        except BaseException as exc:
+            with _as_httpx_errors():
+                response = await conn.handle_async_request(core)
+        except BaseException:
             await self._discard(conn)
-            if isinstance(exc, Exception):
-                mapped = httpx_error(exc)
-                if mapped is not exc:
-                    raise mapped from exc
             raise
         return httpx.Response(
             status_code=response.status,
@@ -159,14 +157,9 @@ class _Answer(httpx.AsyncByteStream):
         self._response = response
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
+        with _as_httpx_errors():
             async for chunk in self._response.aiter_stream():
                 yield chunk
-        except Exception as exc:
-            mapped = httpx_error(exc)
-            if mapped is not exc:
-                raise mapped from exc
-            raise
 
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None
