@@ -33,15 +33,6 @@ class NewItem(msgspec.Struct, frozen=True):
     body: bytes
     meta: dict[str, Any] = {}
     expires_ms: int | None = None
-    job_row: tuple[str, int] | None = None
-    """(job id, n) of the job row that already stores `body` in this transaction: the item
-    points to it instead of holding a second copy (see migration 0007)."""
-
-
-def pointing_to_job_rows(items: Sequence[NewItem], job_id: str, first_n: int) -> list[NewItem]:
-    """`items` pointing to the job rows `first_n`, `first_n + 1`, … that hold their bodies."""
-    replace = msgspec.structs.replace
-    return [replace(it, job_row=(job_id, first_n + i)) for i, it in enumerate(items)]
 
 
 class Item(msgspec.Struct, frozen=True):
@@ -66,8 +57,19 @@ _meta_encoder = msgspec.json.Encoder()
 _meta_decoder = msgspec.json.Decoder(dict[str, Any])
 
 
-def append(conn: apsw.Connection, stream: str, items: Sequence[NewItem], at_ms: int) -> list[int]:
-    """Append items to `stream` inside the caller's transaction; return their sequence numbers."""
+def append(
+    conn: apsw.Connection,
+    stream: str,
+    items: Sequence[NewItem],
+    at_ms: int,
+    *,
+    bodies_in: tuple[str, int] | None = None,
+) -> list[int]:
+    """Append items to `stream` inside the caller's transaction; return their sequence numbers.
+
+    `bodies_in=(job_id, n)`: the job rows n, n + 1, … (stored in this transaction) hold the items'
+    bodies, in order; the items point to them instead of keeping a second copy (migration 0007).
+    """
     conn.execute("INSERT OR IGNORE INTO outbox_streams(stream) VALUES (?)", (stream,))
     (last,) = one(
         conn,
@@ -75,6 +77,7 @@ def append(conn: apsw.Connection, stream: str, items: Sequence[NewItem], at_ms: 
         (len(items), stream),
     )
     first = last - len(items) + 1
+    job_id, first_row = bodies_in or (None, None)
     conn.executemany(
         "INSERT INTO outbox_items(stream, seq, key, body, meta, created_ms, expires_ms, row_job,"
         " row_n) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -83,11 +86,12 @@ def append(conn: apsw.Connection, stream: str, items: Sequence[NewItem], at_ms: 
                 stream,
                 first + i,
                 it.key,
-                it.body if it.job_row is None else b"",
+                b"" if job_id else it.body,
                 _meta_encoder.encode(it.meta),
                 at_ms,
                 it.expires_ms,
-                *(it.job_row or (None, None)),
+                job_id,
+                None if first_row is None else first_row + i,
             )
             for i, it in enumerate(items)
         ),

@@ -37,7 +37,7 @@ from daemon.collector.store import (
 )
 from daemon.config import CollectorConfig, TaskConfig, WebhookSpec, webhook_spec
 from daemon.logs import get_logger
-from daemon.outbox import Outbox, now_ms, pointing_to_job_rows
+from daemon.outbox import Outbox, now_ms
 from daemon.store import Store
 
 
@@ -343,14 +343,14 @@ class TaskCrawler:
 
         def commit(conn: apsw.Connection) -> None:
             nonlocal pending
-            queued = items
+            bodies_in = None
             job_id = stats.job_id
             if self.jobs is not None and job_id is not None and rows:
                 pending = self.jobs.page_in_tx(conn, job_id, rows)
                 if pending.first_row is not None:
-                    queued = pointing_to_job_rows(items, job_id, pending.first_row)
-            if queued:
-                outbox_mod.append(conn, self.stream, queued, now)
+                    bodies_in = (job_id, pending.first_row)
+            if items:
+                outbox_mod.append(conn, self.stream, items, now, bodies_in=bodies_in)
             save_progress(conn, self.task.id, after, stats.run_id, stats.job_id, now)
 
         try:

@@ -209,7 +209,7 @@ async def test_queue_items_point_to_job_rows_and_hold_back_the_jobs_expiry(store
         create(conn, "run", webhook=None)
         first = jobstore.add_rows(conn, "run", rows)
         assert first == 1
-        outbox.append(conn, "queue:q", outbox.pointing_to_job_rows(queued, "run", first), 0)
+        outbox.append(conn, "queue:q", queued, 0, bodies_in=("run", first))
         jobstore.set_finished(conn, "run", "completed", None, 2000, 3000)
 
     await store.write(setup)
@@ -235,8 +235,7 @@ async def test_an_item_whose_job_row_is_gone_is_refused_not_sent_empty(store: St
         create(conn, "run", webhook=None)
         first = jobstore.add_rows(conn, "run", [{"i": 1}])
         assert first is not None
-        items = outbox.pointing_to_job_rows([NewItem("k", b'{"i":1}')], "run", first)
-        outbox.append(conn, "queue:q", items, 0)
+        outbox.append(conn, "queue:q", [NewItem("k", b'{"i":1}')], 0, bodies_in=("run", first))
         conn.execute("DELETE FROM job_rows")
 
     await store.write(setup)
