@@ -18,6 +18,7 @@ DEFAULT_URL = "http://127.0.0.1:8700"
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from daemon.app import run_daemon
+    from daemon.store.errors import StoreUnavailable
 
     try:
         cfg = config.load(args.config)
@@ -31,6 +32,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except config.ConfigError as exc:
         log.error("cannot start", error=str(exc))
         return 2
+    except StoreUnavailable as exc:
+        log.error("cannot start", error=str(exc))
+        return 1
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
@@ -45,6 +49,68 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
         return 2
     tasks = len(cfg.collector.tasks)
     print(f"{args.path}: ok ({tasks} collector task{'s' if tasks != 1 else ''})")
+    if args.secrets and cfg.store.kind == "postgres":
+        return _check_postgres(cfg)
+    return 0
+
+
+def _check_postgres(cfg: config.Config) -> int:
+    """Connect to the configured PostgreSQL and say what is there (or exactly what is wrong)."""
+    from daemon.store.errors import StoreUnavailable
+    from daemon.store.postgres import inspect
+
+    assert cfg.store.dsn_env is not None
+    try:
+        info = inspect(
+            os.environ[cfg.store.dsn_env], cfg.store.schema, timeout=cfg.store.connect_timeout
+        )
+    except StoreUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if info.schema_version is None:
+        state = f"schema {info.schema} does not exist yet (the first start creates it)"
+    else:
+        state = f"schema {info.schema} at version {info.schema_version}"
+    print(
+        f"store: postgres {info.server_version} at {info.host} as {info.user}; {state};"
+        f" this crawld writes version {info.latest}"
+    )
+    problems = []
+    if info.schema_version is not None and info.schema_version > info.latest:
+        problems.append(
+            f"the schema is newer than this crawld ({info.schema_version} > {info.latest})"
+        )
+    if not info.can_create:
+        what = "the database" if info.schema_version is None else f"schema {info.schema}"
+        problems.append(f"{info.user} may not CREATE in {what} (GRANT CREATE ON ...)")
+    for problem in problems:
+        print(f"error: store: {problem}", file=sys.stderr)
+    return 2 if problems else 0
+
+
+def _cmd_store_copy(args: argparse.Namespace) -> int:
+    from daemon.store import backend_for
+    from daemon.store.copy import CopyRefused, copy_store
+    from daemon.store.errors import StoreUnavailable
+
+    try:
+        configs = [config.load(args.from_config), config.load(args.to_config)]
+        for cfg in configs:
+            config.resolve_secret(cfg.store.dsn_env, "$.store.dsn_env")
+        source, target = (backend_for(cfg) for cfg in configs)
+        if source.location == target.location:
+            raise CopyRefused(f"both configs name the same store ({source.location})")
+        if source.name == "sqlite" and not os.path.exists(source.location):
+            raise CopyRefused(f"there is no store at {source.location} (the source's state dir)")
+        print(f"copying {source.name} {source.location} -> {target.name} {target.location}")
+        counts = copy_store(
+            source, target, progress=lambda table, n: print(f"  {table}: {n} rows", flush=True)
+        )
+    except (config.ConfigError, CopyRefused, StoreUnavailable) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    rows = sum(c.target for c in counts)
+    print(f"done: {rows} rows in {len(counts)} tables, every count verified")
     return 0
 
 
@@ -111,6 +177,16 @@ def build_parser() -> argparse.ArgumentParser:
         " without it the key comes from $CRAWLD_API_KEY",
     )
     status.set_defaults(fn=_cmd_status)
+    store = sub.add_parser("store", help="store maintenance (store copy --help)")
+    store_sub = store.add_subparsers(dest="store_command", required=True)
+    copy = store_sub.add_parser(
+        "copy",
+        help="copy the store of a stopped deployment into the empty store of another config;"
+        " exit 2 with the reason when it cannot",
+    )
+    copy.add_argument("from_config", help="the config of the deployment to copy (stopped)")
+    copy.add_argument("to_config", help="the config whose store receives it (empty)")
+    copy.set_defaults(fn=_cmd_store_copy)
     sub.add_parser(
         "demo",
         help="the daemon with bundled simulators: see rows and webhooks move (demo --help)",

@@ -12,8 +12,10 @@
 # changes nothing; systemd still gets READY=1 with a STATUS= saying the old config is kept.
 from __future__ import annotations
 
+import contextlib
 import functools
 import signal
+from collections.abc import AsyncIterator
 from typing import Any
 
 import trio
@@ -22,7 +24,7 @@ from daemon import __version__, areas, config, metrics
 from daemon.logs import get_logger
 from daemon.outbox import Outbox
 from daemon.runtime import Daemon, Installer
-from daemon.store import open_store
+from daemon.store import StoreUnavailable, backend_for, hold_state_dir, open_store
 from daemon.supervise import ComponentState, GaveUp, supervise
 from daemon.systemd import Notifier, run_watchdog
 
@@ -43,14 +45,18 @@ async def run_daemon(
     """Run the daemon until SIGTERM/SIGINT or `request_stop()`; return the exit code."""
     daemon = Daemon(cfg, notifier=notifier or Notifier(), check_secrets=areas.check_secrets)
     areas.check_secrets(cfg)
-    db_path = config.state_dir(cfg) / "crawld.db"
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async with open_store(
-            db_path,
-            synchronous=cfg.store.synchronous,
-            busy_timeout=cfg.store.busy_timeout,
-            group_commit_max=cfg.store.group_commit_max,
-        ) as store:
+    with (
+        contextlib.ExitStack() as held,
+        trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals,
+    ):
+        try:
+            if cfg.store.kind == "sqlite":
+                held.enter_context(hold_state_dir(config.state_dir(cfg)))
+            backend = backend_for(cfg)
+        except StoreUnavailable as exc:
+            daemon.notifier.status(f"cannot start: {exc}")
+            raise
+        async with _opened_store(daemon, backend, cfg.store.group_commit_max) as store:
             daemon.store = store
             daemon.outbox = Outbox(store)
             for install in installers if installers is not None else areas.installers():
@@ -62,6 +68,20 @@ async def run_daemon(
     daemon.stopped.set()
     log.info("stopped", exit_code=exit_code)
     return exit_code
+
+
+@contextlib.asynccontextmanager
+async def _opened_store(daemon: Daemon, backend: Any, group_commit_max: int) -> AsyncIterator[Any]:
+    """open_store, with a start-up failure (server unreachable, newer schema) in STATUS=."""
+    opening = True
+    try:
+        async with open_store(backend, group_commit_max=group_commit_max) as store:
+            opening = False
+            yield store
+    except StoreUnavailable as exc:
+        if opening:
+            daemon.notifier.status(f"cannot start: {exc}")
+        raise
 
 
 async def _run_components(

@@ -21,5 +21,6 @@ def installers() -> list[Installer]:
 
 def check_secrets(cfg: config.Config) -> None:
     """Every secret the config names must be set now, so a reload cannot half-apply."""
+    config.resolve_secret(cfg.store.dsn_env, "$.store.dsn_env")
     for check in (http.check_secrets, jobs.check_secrets, collector.check_secrets):
         check(cfg)

@@ -113,6 +113,18 @@ def is_loopback_host(host: str) -> bool:
 
 
 class StoreConfig(Section, frozen=True):
+    kind: Literal["sqlite", "postgres"] = "sqlite"
+    """sqlite: one file in the state dir (the default, one host). postgres: a schema of a
+    PostgreSQL database, named by the URL in `dsn_env` (see README "Store backends")."""
+    dsn_env: str | None = None
+    """postgres: the environment variable holding the libpq URL
+    (postgresql://user:pass@host:5432/db?sslmode=require); never the URL itself."""
+    schema: str = "crawld"
+    """postgres: the schema holding crawld's tables (one database can hold several)."""
+    pool_size: int = min(8, (os.cpu_count() or 1) + 2)
+    """postgres: connections of this instance (one writer, the rest for reads)."""
+    connect_timeout: Duration = Duration(10)
+    """postgres: how long a connection attempt may take."""
     synchronous: Literal["normal", "full"] = "normal"
     """WAL + NORMAL never corrupts and survives a crash of crawld; only a power loss can roll back
     the last commits (each outbox item is then re-sent, never lost upstream of it). Choose "full"
@@ -124,6 +136,17 @@ class StoreConfig(Section, frozen=True):
     def __post_init__(self) -> None:
         if self.group_commit_max < 1:
             raise ValueError("group_commit_max must be at least 1")
+        if self.kind == "postgres" and not self.dsn_env:
+            raise ValueError(
+                'dsn_env: kind = "postgres" needs dsn_env, the environment variable holding'
+                " the connection URL"
+            )
+        if self.pool_size < 2:
+            raise ValueError("pool_size must be at least 2 (one writer, one reader)")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", self.schema):
+            raise ValueError(
+                f"schema: {self.schema!r} is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)"
+            )
 
 
 class BrokerConfig(Section, frozen=True):

@@ -17,11 +17,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-import apsw
 import msgspec
 import trio
 
-from daemon.store import Store, one
+from daemon.store import Conn, Store, one
 
 
 def now_ms() -> int:
@@ -58,7 +57,7 @@ _meta_decoder = msgspec.json.Decoder(dict[str, Any])
 
 
 def append(
-    conn: apsw.Connection,
+    conn: Conn,
     stream: str,
     items: Sequence[NewItem],
     at_ms: int,
@@ -70,7 +69,7 @@ def append(
     `bodies_in=(job_id, n)`: the job rows n, n + 1, … (stored in this transaction) hold the items'
     bodies, in order; the items point to them instead of keeping a second copy (migration 0007).
     """
-    conn.execute("INSERT OR IGNORE INTO outbox_streams(stream) VALUES (?)", (stream,))
+    conn.execute("INSERT INTO outbox_streams(stream) VALUES (?) ON CONFLICT DO NOTHING", (stream,))
     (last,) = one(
         conn,
         "UPDATE outbox_streams SET last_seq = last_seq + ? WHERE stream = ? RETURNING last_seq",
@@ -102,13 +101,14 @@ def append(
 # An item pointing to a job row reads its body there; a missing row reads as NULL, which `_items`
 # refuses rather than deliver an empty body.
 _SELECT_ITEMS = (
-    "SELECT i.seq, i.key, iif(i.row_job IS NULL, i.body, r.body), i.meta, i.created_ms,"
+    "SELECT i.seq, i.key, CASE WHEN i.row_job IS NULL THEN i.body ELSE r.body END, i.meta,"
+    " i.created_ms,"
     " i.expires_ms FROM outbox_items i JOIN outbox_streams s ON s.stream = i.stream"
     " LEFT JOIN job_rows r ON r.job_id = i.row_job AND r.n = i.row_n"
 )
 
 
-def read_after_cursor(conn: apsw.Connection, stream: str, limit: int) -> list[Item]:
+def read_after_cursor(conn: Conn, stream: str, limit: int) -> list[Item]:
     rows: list[Any] = conn.execute(
         _SELECT_ITEMS + " WHERE i.stream = ? AND i.seq > s.ack_cursor ORDER BY i.seq LIMIT ?",
         (stream, limit),
@@ -116,7 +116,7 @@ def read_after_cursor(conn: apsw.Connection, stream: str, limit: int) -> list[It
     return _items(stream, rows)
 
 
-def read_after(conn: apsw.Connection, stream: str, after_seq: int, limit: int) -> list[Item]:
+def read_after(conn: Conn, stream: str, after_seq: int, limit: int) -> list[Item]:
     """Up to `limit` items after both `after_seq` and the ack cursor, in order: what a drainer
     with batches in flight reads next."""
     rows: list[Any] = conn.execute(
@@ -142,7 +142,7 @@ def _items(stream: str, rows: list[Any]) -> list[Item]:
     return items
 
 
-def ack(conn: apsw.Connection, stream: str, upto_seq: int) -> int:
+def ack(conn: Conn, stream: str, upto_seq: int) -> int:
     """Advance the cursor to `upto_seq` (never backwards) and delete what it covers."""
     conn.execute(
         "UPDATE outbox_streams SET ack_cursor = max(ack_cursor, ?) WHERE stream = ?",
@@ -152,7 +152,7 @@ def ack(conn: apsw.Connection, stream: str, upto_seq: int) -> int:
     return conn.changes()
 
 
-def advance_cursor(conn: apsw.Connection, stream: str, upto_seq: int) -> None:
+def advance_cursor(conn: Conn, stream: str, upto_seq: int) -> None:
     """Move the cursor to `upto_seq` (never backwards) without deleting what it covers: one
     statement instead of two, for a drainer acking item by item. Items at or below the cursor
     are never read again; a later `ack` deletes them (a crash in between only leaves them for
@@ -163,7 +163,7 @@ def advance_cursor(conn: apsw.Connection, stream: str, upto_seq: int) -> None:
     )
 
 
-def backlog(conn: apsw.Connection, stream: str) -> int:
+def backlog(conn: Conn, stream: str) -> int:
     """Items appended and not yet acknowledged, in O(1): every seq up to `last_seq` was appended
     and only an ack (which moves the cursor) deletes items, so this is `last_seq - ack_cursor`."""
     row = conn.execute(
@@ -172,7 +172,7 @@ def backlog(conn: apsw.Connection, stream: str) -> int:
     return int(row[0]) if row else 0
 
 
-def stream_state(conn: apsw.Connection, stream: str) -> StreamState:
+def stream_state(conn: Conn, stream: str) -> StreamState:
     row = conn.execute(
         "SELECT last_seq, ack_cursor FROM outbox_streams WHERE stream = ?", (stream,)
     ).fetchone()
@@ -184,7 +184,7 @@ def stream_state(conn: apsw.Connection, stream: str) -> StreamState:
     return StreamState(stream, last, cursor, last - cursor, oldest[0] if oldest else None)
 
 
-def list_streams(conn: apsw.Connection, prefix: str) -> list[str]:
+def list_streams(conn: Conn, prefix: str) -> list[str]:
     rows: list[Any] = conn.execute(
         "SELECT stream FROM outbox_streams WHERE stream >= ? AND stream < ? ORDER BY stream",
         (prefix, prefix + "\U0010ffff"),
@@ -192,7 +192,7 @@ def list_streams(conn: apsw.Connection, prefix: str) -> list[str]:
     return [r[0] for r in rows]
 
 
-def drop_stream(conn: apsw.Connection, stream: str) -> None:
+def drop_stream(conn: Conn, stream: str) -> None:
     conn.execute("DELETE FROM outbox_streams WHERE stream = ?", (stream,))
 
 
@@ -230,12 +230,12 @@ class Outbox:
         self,
         stream: str,
         items: Sequence[NewItem],
-        also: Callable[[apsw.Connection], Any] | None = None,
+        also: Callable[[Conn], Any] | None = None,
     ) -> list[int]:
         """Append (and run `also(conn)` in the same transaction); wakes the stream's drainer."""
         at = self.clock_ms()
 
-        def tx(conn: apsw.Connection) -> list[int]:
+        def tx(conn: Conn) -> list[int]:
             seqs = append(conn, stream, items, at)
             if also is not None:
                 also(conn)
@@ -258,11 +258,11 @@ class Outbox:
             await woken.wait()
 
     async def ack(
-        self, stream: str, upto_seq: int, also: Callable[[apsw.Connection], Any] | None = None
+        self, stream: str, upto_seq: int, also: Callable[[Conn], Any] | None = None
     ) -> None:
         """Advance the cursor and delete acked items (plus `also(conn)`) in one transaction."""
 
-        def tx(conn: apsw.Connection) -> None:
+        def tx(conn: Conn) -> None:
             ack(conn, stream, upto_seq)
             if also is not None:
                 also(conn)
@@ -289,7 +289,7 @@ class Outbox:
         """
         at = self.clock_ms()
 
-        def tx(conn: apsw.Connection) -> tuple[list[Item], int]:
+        def tx(conn: Conn) -> tuple[list[Item], int]:
             taken: list[Item] = []
             expired = 0
             upto = 0

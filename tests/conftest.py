@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import functools
+import os
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -11,6 +14,7 @@ from daemon import config
 from daemon.app import Daemon, run_daemon
 from daemon.outbox import Outbox
 from daemon.store import Store, open_store
+from daemon.store.postgres import PostgresBackend
 from daemon.systemd import Notifier
 
 
@@ -24,9 +28,63 @@ async def serve_daemon(nursery: trio.Nursery, path: Path) -> Daemon:
     return daemon
 
 
+PG_DSN = os.environ.get("CRAWLD_TEST_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+"""The PostgreSQL server the tests use (scripts/test makes sure one is up)."""
+
+
+@functools.cache
+def pg_problem() -> str | None:
+    """Why PostgreSQL cannot be used (None: it can)."""
+    import psycopg
+
+    try:
+        psycopg.connect(PG_DSN, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        return f"PostgreSQL at CRAWLD_TEST_PG_DSN is not reachable: {exc}".strip()
+    return None
+
+
+def require_pg() -> str:
+    """PG_DSN, or skip (fail under CI=true) when there is no server."""
+    problem = pg_problem()
+    if problem is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(problem)
+        pytest.skip(problem)
+    return PG_DSN
+
+
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    async with open_store(tmp_path / "crawld.db") as opened:
+def pg_schema() -> Iterator[tuple[str, str]]:
+    """(dsn, schema): a schema of its own for one test, dropped after it."""
+    import psycopg
+
+    dsn = require_pg()
+    schema = f"crawld_test_{uuid.uuid4().hex[:12]}"
+    try:
+        yield dsn, schema
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def pg_backend(dsn: str, schema: str, **kwargs: Any) -> PostgresBackend:
+    return PostgresBackend(dsn, schema=schema, pool_size=3, **kwargs)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> Path | PostgresBackend:
+    """What open_store opens, on each backend: a SQLite path, or a PostgreSQL backend on a
+    schema of the test's own."""
+    if request.param == "postgres":
+        return pg_backend(*request.getfixturevalue("pg_schema"))
+    return tmp_path / "crawld.db"
+
+
+@pytest.fixture
+async def store(store_target: Path | PostgresBackend) -> AsyncIterator[Store]:
+    """The store on each backend (every test using it runs on both)."""
+    async with open_store(store_target) as opened:
         yield opened
 
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
 
-import apsw
 import msgspec
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -23,7 +22,7 @@ from daemon.api.errors import HTTPError, JSONResponse, error_response, handle_ht
 from daemon.config import resolve_secret
 from daemon.logs import get_logger
 from daemon.runtime import Daemon
-from daemon.store import STORAGE_ERRORS, StoreClosed
+from daemon.store import DISK_FULL, STORAGE_ERRORS, StoreClosed
 
 log = get_logger("http")
 
@@ -162,7 +161,7 @@ def build_app(
         # The store's health (/healthz, /status) says the rest; one line per failed request is
         # at warning so a full disk does not flood the error log.
         log.warning("request failed: storage error", path=request.url.path, error=str(exc))
-        if isinstance(exc, apsw.FullError):
+        if isinstance(exc, DISK_FULL):
             return error_response(507, "storage full: the database cannot take writes", str(exc))
         return error_response(503, "storage unavailable", f"{type(exc).__name__}: {exc}")
 

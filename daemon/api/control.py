@@ -21,6 +21,8 @@ class Health(msgspec.Struct, omit_defaults=True):
     """ok, degraded (the store cannot write), starting, stopping."""
     reason: str | None = None
     since_ms: int | None = None
+    backend: str | None = None
+    """While degraded: the store backend that cannot write (sqlite, postgres)."""
 
 
 class ComponentStatus(msgspec.Struct):
@@ -38,6 +40,7 @@ class ConfigStatus(msgspec.Struct):
 
 class StoreStatus(msgspec.Struct, omit_defaults=True):
     path: str
+    """The SQLite file, or host:port/database schema NAME (never a password)."""
     schema_version: int
     transactions: int
     write_jobs: int
@@ -47,6 +50,8 @@ class StoreStatus(msgspec.Struct, omit_defaults=True):
     """False while writes fail (disk full, I/O error); `reason` and `since_ms` say why and when."""
     reason: str | None = None
     since_ms: int | None = None
+    backend: str = "sqlite"
+    """sqlite or postgres."""
 
 
 class Status(msgspec.Struct, omit_defaults=True):
@@ -81,6 +86,7 @@ async def build_status(daemon: Daemon) -> Status:
             writable=health.writable,
             reason=health.reason,
             since_ms=health.since_ms,
+            backend=daemon.store.backend.name,
         )
     # Sections come from every area; URLs (broker, webhooks, upstreams) and headers are redacted
     # here, once, so no area can leak a credential through /status.
@@ -119,7 +125,9 @@ def routes(daemon: Daemon) -> list[ApiRoute]:
             return json(Health(status=daemon.state), 503)
         health = daemon.store.health() if daemon.store is not None else None
         if health is not None and not health.writable:
-            return json(Health("degraded", cap(health.reason or ""), health.since_ms), 503)
+            reason = cap(health.reason or "")
+            backend = daemon.store.backend.name if daemon.store is not None else None
+            return json(Health("degraded", reason, health.since_ms, backend), 503)
         return json(Health(status="ok"))
 
     async def status(request: Request) -> Response:

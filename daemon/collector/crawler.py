@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-import apsw
 import msgspec
 import trio
 
@@ -38,7 +37,7 @@ from daemon.collector.store import (
 from daemon.config import CollectorConfig, TaskConfig, WebhookSpec, webhook_spec
 from daemon.logs import get_logger
 from daemon.outbox import Outbox, now_ms
-from daemon.store import Store
+from daemon.store import Conn, Store
 
 
 class PageWritten(Protocol):
@@ -52,7 +51,7 @@ class JobSink(Protocol):
     async def create_job(
         self, kind: str, *, webhook: WebhookSpec | None, source: dict[str, Any]
     ) -> str: ...
-    def page_in_tx(self, conn: apsw.Connection, job_id: str, rows: list[Any]) -> PageWritten: ...
+    def page_in_tx(self, conn: Conn, job_id: str, rows: list[Any]) -> PageWritten: ...
     async def after_commit(self, pending: Any) -> None: ...
     async def finish(
         self,
@@ -341,7 +340,7 @@ class TaskCrawler:
         rows = [msgspec.Raw(item.body) for item in items]
         pending: PageWritten | None = None
 
-        def commit(conn: apsw.Connection) -> None:
+        def commit(conn: Conn) -> None:
             nonlocal pending
             bodies_in = None
             job_id = stats.job_id

@@ -4,11 +4,11 @@
 # the run and job in flight, and the last run's result; nothing here knows about trio.
 from __future__ import annotations
 
-import apsw
 import msgspec
 
 from daemon.collector import paging
 from daemon.collector.datefilter import DateCounts
+from daemon.store import Conn
 
 
 class RunStats(msgspec.Struct, kw_only=True):
@@ -46,7 +46,7 @@ class TaskState(msgspec.Struct):
 _stats_decoder = msgspec.json.Decoder(RunStats)
 
 
-def load_task_state(conn: apsw.Connection, task: str) -> TaskState:
+def load_task_state(conn: Conn, task: str) -> TaskState:
     row = conn.execute(
         "SELECT progress, run_id, job_id, last_result FROM collector_tasks WHERE task = ?", (task,)
     ).fetchone()
@@ -62,7 +62,7 @@ def load_task_state(conn: apsw.Connection, task: str) -> TaskState:
 
 
 def save_progress(
-    conn: apsw.Connection,
+    conn: Conn,
     task: str,
     progress: paging.Progress,
     run_id: str,
@@ -77,7 +77,7 @@ def save_progress(
     )
 
 
-def save_job(conn: apsw.Connection, task: str, job_id: str, at_ms: int) -> None:
+def save_job(conn: Conn, task: str, job_id: str, at_ms: int) -> None:
     conn.execute(
         "INSERT INTO collector_tasks(task, job_id, updated_ms) VALUES (?, ?, ?)"
         " ON CONFLICT(task) DO UPDATE SET job_id = excluded.job_id,"
@@ -86,7 +86,7 @@ def save_job(conn: apsw.Connection, task: str, job_id: str, at_ms: int) -> None:
     )
 
 
-def save_result(conn: apsw.Connection, task: str, stats: RunStats, at_ms: int) -> None:
+def save_result(conn: Conn, task: str, stats: RunStats, at_ms: int) -> None:
     conn.execute(
         "INSERT INTO collector_tasks(task, last_result, updated_ms) VALUES (?, ?, ?)"
         " ON CONFLICT(task) DO UPDATE SET last_result = excluded.last_result,"

@@ -28,7 +28,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import apsw
 import msgspec
 import trio
 
@@ -48,8 +47,9 @@ from daemon.jobs.manager import JobManager, PendingEvents
 from daemon.jobs.store import JobFinished, JobNotFound
 from daemon.logs import get_logger
 from daemon.redact import redact_url
-from daemon.store import Store, StoreClosed
+from daemon.store import DB_ERRORS, Conn, Store, StoreClosed
 
+_STORE_FAILURES: tuple[type[BaseException], ...] = (*DB_ERRORS, StoreClosed)
 log = get_logger("crawl")
 
 REFILL = 256
@@ -318,7 +318,7 @@ class JobRun:
                                similar=self.policy.similar)  # fmt: skip
         candidates = [(start_key, start, 0), *admission.candidates]
 
-        def tx(conn: apsw.Connection) -> None:
+        def tx(conn: Conn) -> None:
             jobstore.require_running(conn, self.job_id)
             crawlstore.admit(conn, self.job_id, candidates, int(self.plan.limit))  # type: ignore[union-attr]
             self._blocked_in_tx(conn, admission.robots_blocked)
@@ -336,7 +336,7 @@ class JobRun:
         try:
             while not await self.store.write(lambda c: step(c)):
                 pass
-        except (apsw.Error, StoreClosed) as exc:
+        except _STORE_FAILURES as exc:
             log.warning("frontier not purged", job=self.job_id, error=str(exc))
 
     def wake(self) -> None:
@@ -444,7 +444,7 @@ class JobRun:
             self.cancelled = True
             self.work_scope.cancel()
             pendings = []
-        except apsw.Error as exc:
+        except DB_ERRORS as exc:
             log.error("pages not stored; fetching them again", job=self.job_id,
                       pages=len(batch), error=str(exc))  # fmt: skip
             self.queue.extendleft(reversed([o.entry for o in batch]))
@@ -464,9 +464,7 @@ class JobRun:
         self.generation += 1
         self.lot.unpark_all()
 
-    def _commit_tx(
-        self, conn: apsw.Connection, batch: list[Outcome], at: int
-    ) -> list[PendingEvents]:
+    def _commit_tx(self, conn: Conn, batch: list[Outcome], at: int) -> list[PendingEvents]:
         """Runs in the store's writer: one transaction for a batch of finished pages."""
         job_id = self.job_id
         pendings: list[PendingEvents] = []
@@ -500,7 +498,7 @@ class JobRun:
         jobstore.set_total(conn, job_id, crawlstore.admitted(conn, job_id))
         return pendings
 
-    def _blocked_in_tx(self, conn: apsw.Connection, urls: list[str], at: int = 0) -> None:
+    def _blocked_in_tx(self, conn: Conn, urls: list[str], at: int = 0) -> None:
         for url in crawlstore.add_robots_blocked(conn, self.job_id, urls):
             jobstore.add_error(conn, self.job_id, code=jobstore.ROBOTS_BLOCKED,
                                error="URL blocked by robots.txt", url=url,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-import apsw
 import msgspec
 import trio
 
@@ -26,7 +25,7 @@ from daemon.jobs import store as jobstore
 from daemon.jobs.manager import JobManager
 from daemon.jobs.store import JobFinished, JobNotFound
 from daemon.logs import get_logger
-from daemon.store import Store, StoreClosed
+from daemon.store import Conn, Store, StoreClosed
 
 log = get_logger("crawl")
 
@@ -133,7 +132,7 @@ class CrawlService:
                 if existing is not None:
                     return existing, False
 
-            def setup(conn: apsw.Connection, job_id: str) -> None:
+            def setup(conn: Conn, job_id: str) -> None:
                 crawlstore.insert_job(conn, job_id, kind, url, plan)
                 setup_frontier(conn, job_id)
                 if key is not None:
@@ -160,7 +159,7 @@ class CrawlService:
         if plan.append_to is not None:
             return await self._append(plan.append_to, plan.urls)
 
-        def frontier(conn: apsw.Connection, job_id: str) -> None:
+        def frontier(conn: Conn, job_id: str) -> None:
             crawlstore.admit(conn, job_id, batch_candidates(plan.urls, 0), len(plan.urls))
             crawlstore.set_kicked_off(conn, job_id)
             jobstore.set_total(conn, job_id, len(plan.urls))
@@ -171,7 +170,7 @@ class CrawlService:
         return job_id
 
     async def _append(self, job_id: str, urls: list[str]) -> str:
-        def tx(conn: apsw.Connection) -> None:
+        def tx(conn: Conn) -> None:
             row = crawlstore.get_job(conn, job_id)
             if row is None or row.kind != "batch_scrape":
                 raise JobNotFound(job_id)

@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import apsw
 import msgspec
 
-from daemon.store import one
+from daemon.store import Conn, one
 
 
 class FrontierEntry(msgspec.Struct, frozen=True, array_like=True):
@@ -32,14 +31,14 @@ class CrawlJobRow(msgspec.Struct, frozen=True):
     created_ms: int
 
 
-def insert_job(conn: apsw.Connection, job_id: str, kind: str, url: str, plan: bytes) -> None:
+def insert_job(conn: Conn, job_id: str, kind: str, url: str, plan: bytes) -> None:
     conn.execute(
         "INSERT INTO crawl_jobs(job_id, kind, url, plan) VALUES (?, ?, ?, ?)",
         (job_id, kind, url, plan),
     )
 
 
-def get_job(conn: apsw.Connection, job_id: str) -> CrawlJobRow | None:
+def get_job(conn: Conn, job_id: str) -> CrawlJobRow | None:
     row = conn.execute(
         "SELECT c.job_id, c.kind, c.url, c.plan, c.kicked_off, j.created_ms"
         " FROM crawl_jobs c JOIN jobs j ON j.id = c.job_id WHERE c.job_id = ?",
@@ -53,7 +52,7 @@ def _job_row(row: Any) -> CrawlJobRow:
     return CrawlJobRow(job_id, kind, url, bytes(plan), bool(kicked_off), created)
 
 
-def running_jobs(conn: apsw.Connection, kind: str | None = None) -> list[CrawlJobRow]:
+def running_jobs(conn: Conn, kind: str | None = None) -> list[CrawlJobRow]:
     """Crawl and batch jobs still `scraping` (to resume after a restart, or list as active)."""
     rows: list[Any] = conn.execute(
         "SELECT c.job_id, c.kind, c.url, c.plan, c.kicked_off, j.created_ms"
@@ -64,30 +63,30 @@ def running_jobs(conn: apsw.Connection, kind: str | None = None) -> list[CrawlJo
     return [_job_row(r) for r in rows]
 
 
-def set_kicked_off(conn: apsw.Connection, job_id: str) -> None:
+def set_kicked_off(conn: Conn, job_id: str) -> None:
     conn.execute("UPDATE crawl_jobs SET kicked_off = 1 WHERE job_id = ?", (job_id,))
 
 
-def _next_n(conn: apsw.Connection, job_id: str) -> int:
+def _next_n(conn: Conn, job_id: str) -> int:
     (last,) = one(
         conn, "SELECT coalesce(max(n), 0) FROM crawl_frontier WHERE job_id = ?", (job_id,)
     )
     return int(last) + 1
 
 
-def frontier_size(conn: apsw.Connection, job_id: str) -> int:
+def frontier_size(conn: Conn, job_id: str) -> int:
     (count,) = one(conn, "SELECT count(*) FROM crawl_frontier WHERE job_id = ?", (job_id,))
     return int(count)
 
 
-def admitted(conn: apsw.Connection, job_id: str) -> int:
+def admitted(conn: Conn, job_id: str) -> int:
     """Frontier rows holding a slot of the limit: queued or done."""
     (count,) = one(conn, "SELECT admitted FROM crawl_jobs WHERE job_id = ?", (job_id,))
     return int(count)
 
 
 def admit(
-    conn: apsw.Connection,
+    conn: Conn,
     job_id: str,
     candidates: Iterable[tuple[str, str, int]],
     room: int,
@@ -100,8 +99,8 @@ def admit(
     n = _next_n(conn, job_id)
     for key, url, depth in candidates:
         conn.execute(
-            "INSERT OR IGNORE INTO crawl_frontier(job_id, n, key, url, depth, state)"
-            " VALUES (?, ?, ?, ?, ?, 'queued')",
+            "INSERT INTO crawl_frontier(job_id, n, key, url, depth, state)"
+            " VALUES (?, ?, ?, ?, ?, 'queued') ON CONFLICT DO NOTHING",
             (job_id, n, key, url, depth),
         )
         if conn.changes():
@@ -113,14 +112,14 @@ def admit(
     return out
 
 
-def _count(conn: apsw.Connection, job_id: str, change: int) -> None:
+def _count(conn: Conn, job_id: str, change: int) -> None:
     if change:
         conn.execute(
             "UPDATE crawl_jobs SET admitted = admitted + ? WHERE job_id = ?", (change, job_id)
         )
 
 
-def queued(conn: apsw.Connection, job_id: str, after_n: int, limit: int) -> list[FrontierEntry]:
+def queued(conn: Conn, job_id: str, after_n: int, limit: int) -> list[FrontierEntry]:
     """Queued rows after position `after_n`, in discovery order."""
     rows: list[Any] = conn.execute(
         "SELECT n, url, depth FROM crawl_frontier WHERE job_id = ? AND state = 'queued' AND n > ?"
@@ -130,7 +129,7 @@ def queued(conn: apsw.Connection, job_id: str, after_n: int, limit: int) -> list
     return [FrontierEntry(*r) for r in rows]
 
 
-def set_state(conn: apsw.Connection, job_id: str, n: int, state: str) -> None:
+def set_state(conn: Conn, job_id: str, n: int, state: str) -> None:
     """Move a queued row to done, failed or skipped (the last two give its slot back)."""
     conn.execute(
         "UPDATE crawl_frontier SET state = ? WHERE job_id = ? AND n = ? AND state = 'queued'",
@@ -140,7 +139,7 @@ def set_state(conn: apsw.Connection, job_id: str, n: int, state: str) -> None:
         _count(conn, job_id, -1)
 
 
-def claim_target(conn: apsw.Connection, job_id: str, key: str, url: str, depth: int) -> bool:
+def claim_target(conn: Conn, job_id: str, key: str, url: str, depth: int) -> bool:
     """A page was redirected to a URL with dedupe key `key`: lock it for this page. False when
     another page already produced (or is producing) it; a queued duplicate is dropped."""
     row = conn.execute(
@@ -160,26 +159,27 @@ def claim_target(conn: apsw.Connection, job_id: str, key: str, url: str, depth: 
     return False
 
 
-def state_of(conn: apsw.Connection, job_id: str, n: int) -> str | None:
+def state_of(conn: Conn, job_id: str, n: int) -> str | None:
     row = conn.execute(
         "SELECT state FROM crawl_frontier WHERE job_id = ? AND n = ?", (job_id, n)
     ).fetchone()
     return None if row is None else str(row[0])
 
 
-def add_robots_blocked(conn: apsw.Connection, job_id: str, urls: Iterable[str]) -> list[str]:
+def add_robots_blocked(conn: Conn, job_id: str, urls: Iterable[str]) -> list[str]:
     """Remember URLs robots.txt refused; returns those not seen before."""
     new = []
     for url in urls:
         conn.execute(
-            "INSERT OR IGNORE INTO crawl_robots_blocked(job_id, url) VALUES (?, ?)", (job_id, url)
+            "INSERT INTO crawl_robots_blocked(job_id, url) VALUES (?, ?) ON CONFLICT DO NOTHING",
+            (job_id, url),
         )
         if conn.changes():
             new.append(url)
     return new
 
 
-def robots_blocked(conn: apsw.Connection, job_id: str, limit: int = 10_000) -> list[str]:
+def robots_blocked(conn: Conn, job_id: str, limit: int = 10_000) -> list[str]:
     rows: list[Any] = conn.execute(
         "SELECT url FROM crawl_robots_blocked WHERE job_id = ? ORDER BY url LIMIT ?",
         (job_id, limit),
@@ -187,7 +187,7 @@ def robots_blocked(conn: apsw.Connection, job_id: str, limit: int = 10_000) -> l
     return [r[0] for r in rows]
 
 
-def purge_frontier(conn: apsw.Connection, job_id: str, chunk: int) -> bool:
+def purge_frontier(conn: Conn, job_id: str, chunk: int) -> bool:
     """Delete up to `chunk` frontier rows of a finished job; True once none are left."""
     conn.execute(
         "DELETE FROM crawl_frontier WHERE job_id = ? AND n IN"
@@ -197,7 +197,7 @@ def purge_frontier(conn: apsw.Connection, job_id: str, chunk: int) -> bool:
     return conn.changes() < chunk
 
 
-def idempotent_job(conn: apsw.Connection, key: str, since_ms: int) -> str | None:
+def idempotent_job(conn: Conn, key: str, since_ms: int) -> str | None:
     """The job a start request with this idempotency key created after `since_ms`."""
     row = conn.execute(
         "SELECT job_id FROM crawl_idempotency WHERE key = ? AND created_ms > ?", (key, since_ms)
@@ -206,10 +206,12 @@ def idempotent_job(conn: apsw.Connection, key: str, since_ms: int) -> str | None
 
 
 def remember_idempotency(
-    conn: apsw.Connection, key: str, job_id: str, at_ms: int, forget_before_ms: int
+    conn: Conn, key: str, job_id: str, at_ms: int, forget_before_ms: int
 ) -> None:
     conn.execute("DELETE FROM crawl_idempotency WHERE created_ms <= ?", (forget_before_ms,))
     conn.execute(
-        "INSERT OR REPLACE INTO crawl_idempotency(key, job_id, created_ms) VALUES (?, ?, ?)",
+        "INSERT INTO crawl_idempotency(key, job_id, created_ms) VALUES (?, ?, ?)"
+        " ON CONFLICT(key) DO UPDATE SET job_id = excluded.job_id,"
+        " created_ms = excluded.created_ms",
         (key, job_id, at_ms),
     )

@@ -39,7 +39,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import apsw
 import httpx
 import msgspec
 import trio
@@ -54,7 +53,7 @@ from daemon.logs import get_logger
 from daemon.metrics import REGISTRY
 from daemon.outbox import Item, MemoryStream, Signal
 from daemon.redact import redact_url
-from daemon.store import Store
+from daemon.store import DB_ERRORS, Conn, Store
 
 log = get_logger("webhooks")
 
@@ -408,7 +407,7 @@ class JobDrainer:
                 try:
                     job.gone = await self.store.read(lambda c: jobstore.webhook_gone(c, job.id))
                     job.gone_checked = True
-                except apsw.Error as exc:
+                except DB_ERRORS as exc:
                     log.warning("could not read the job's webhook state", job=job.id, error=exc)
             await self._drain_memory()
         except trio.Cancelled:
@@ -425,7 +424,7 @@ class JobDrainer:
         job = self.job
         stream = job.stream
 
-        def read(conn: apsw.Connection, gone: bool) -> tuple[jobstore.GoneMark | None, list[Item]]:
+        def read(conn: Conn, gone: bool) -> tuple[jobstore.GoneMark | None, list[Item]]:
             mark = jobstore.webhook_gone(conn, job.id) if gone else None
             return mark, outbox_mod.read_after_cursor(conn, stream, READ_BATCH)
 
@@ -435,7 +434,7 @@ class JobDrainer:
             check_gone = not job.gone_checked  # the first read also fetches the gone mark
             try:
                 mark, batch = await self.store.read(functools.partial(read, gone=check_gone))
-            except apsw.Error as exc:
+            except DB_ERRORS as exc:
                 self._close_disk("reading the webhook outbox failed", exc)
                 return
             if check_gone:
@@ -467,7 +466,7 @@ class JobDrainer:
                             self._ack_in_tx, seq=item.seq, prune=item.seq == last, error=error
                         )
                     )
-                except apsw.Error as exc:
+                except DB_ERRORS as exc:
                     # Sent, but not recorded: it goes out once more after a restart, with the
                     # same webhookId, and the receiver deduplicates it.
                     self._close_disk("advancing the webhook cursor failed", exc)
@@ -507,7 +506,7 @@ class JobDrainer:
                 if error is not None:
                     try:
                         await self.store.write(functools.partial(self._add_error, error=error))
-                    except apsw.Error as exc:
+                    except DB_ERRORS as exc:
                         log.error(
                             "could not record an undelivered webhook event",
                             job=job.id,
@@ -530,7 +529,7 @@ class JobDrainer:
         at = self.clock_ms()
         url = redact_url(job.webhook.url)
 
-        def tx(conn: apsw.Connection) -> jobstore.GoneMark:
+        def tx(conn: Conn) -> jobstore.GoneMark:
             return jobstore.mark_gone(
                 conn,
                 job.id,
@@ -545,7 +544,7 @@ class JobDrainer:
         ok = True
         try:
             mark = await self.store.write(tx)
-        except apsw.Error as exc:
+        except DB_ERRORS as exc:
             ok = False
             self._close_disk("recording a 410 Gone failed", exc)
             mark = jobstore.GoneMark(event_id=eid, type=type_, error_id="", skipped=0)
@@ -568,7 +567,7 @@ class JobDrainer:
             await self.store.write(
                 lambda c: jobstore.skip_gone(c, job.id, count, stream=job.stream, upto=upto)
             )
-        except apsw.Error as exc:
+        except DB_ERRORS as exc:
             self._close_disk("advancing the webhook cursor failed", exc)
             return False
         self._skipped(count)
@@ -578,7 +577,7 @@ class JobDrainer:
         job = self.job
         try:
             await self.store.write(lambda c: jobstore.skip_gone(c, job.id, count))
-        except apsw.Error as exc:
+        except DB_ERRORS as exc:
             log.error("could not count a webhook event not sent", job=job.id, error=exc)
         self._skipped(count)
 
@@ -607,9 +606,7 @@ class JobDrainer:
             "error": events.undelivered_error(eid, item.meta.get("type", "?"), final.reason),
         }
 
-    def _ack_in_tx(
-        self, conn: apsw.Connection, seq: int, prune: bool, error: dict[str, Any] | None
-    ) -> None:
+    def _ack_in_tx(self, conn: Conn, seq: int, prune: bool, error: dict[str, Any] | None) -> None:
         if prune:
             outbox_mod.ack(conn, self.job.stream, seq)
         else:
@@ -617,7 +614,7 @@ class JobDrainer:
         if error is not None:
             self._add_error(conn, error)
 
-    def _add_error(self, conn: apsw.Connection, error: dict[str, Any]) -> None:
+    def _add_error(self, conn: Conn, error: dict[str, Any]) -> None:
         jobstore.add_error(conn, self.job.id, at_ms=self.clock_ms(), **error)
 
     def _finalized(self, item: Item, final: Final) -> None:

@@ -13,7 +13,7 @@
 # Contract for producers: one producer per job at a time, and `after_commit(pending)` is awaited
 # before that job's next event is issued. The manager's own methods hold the job's lock.
 #
-# Store failures: if one of the manager's own writes raises apsw.Error the job degrades: its
+# Store failures: if one of the manager's own writes raises DB_ERRORS the job degrades: its
 # later events are numbered in memory (after the highest seq it knows) and go to the memory
 # queue; `finish` keeps the final status in memory and the cleanup loop retries saving it.
 from __future__ import annotations
@@ -27,7 +27,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import apsw
 import httpx
 import msgspec
 import trio
@@ -50,7 +49,7 @@ from daemon.jobs.store import JobError, JobFinished, JobNotFound, JobRecord
 from daemon.logs import get_logger
 from daemon.metrics import REGISTRY
 from daemon.outbox import MemoryStream, NewItem, Outbox, now_ms
-from daemon.store import Store, StoreClosed
+from daemon.store import DB_ERRORS, Conn, Store, StoreClosed
 from daemon.supervise import ComponentState, GaveUp, supervise
 
 log = get_logger("jobs")
@@ -138,7 +137,7 @@ class JobManager:
         *,
         webhook: WebhookSpec | None,
         source: dict[str, Any],
-        setup: Callable[[apsw.Connection, str], None] | None = None,
+        setup: Callable[[Conn, str], None] | None = None,
     ) -> str:
         """Create a running job (emitting `{kind}.started`); returns its id. `setup(conn, id)`
         runs in the same transaction (a producer's own rows for the job)."""
@@ -149,7 +148,7 @@ class JobManager:
         job = JobState(job_id, kind, webhook, durable=self.jobs_cfg.store, attached=True)
         self._active[job_id] = job
 
-        def tx(conn: apsw.Connection) -> PendingEvents:
+        def tx(conn: Conn) -> PendingEvents:
             jobstore.insert_job(
                 conn,
                 job_id=job_id,
@@ -179,7 +178,7 @@ class JobManager:
 
     def page_in_tx(
         self,
-        conn: apsw.Connection,
+        conn: Conn,
         job_id: str,
         rows: list[dict[str, Any]],
         *,
@@ -240,7 +239,7 @@ class JobManager:
                 pending = await self.store.write(
                     lambda c: self.page_in_tx(c, job_id, rows, total=total)
                 )
-            except apsw.Error as exc:
+            except DB_ERRORS as exc:
                 stored = False
                 pending = self._degraded_event(job, "page", rows, None, exc)
             await self.after_commit(pending)
@@ -256,7 +255,7 @@ class JobManager:
             expires = at + self.ttl_ms
             saved_error = reason if status == "failed" else error
 
-            def tx(conn: apsw.Connection) -> PendingEvents:
+            def tx(conn: Conn) -> PendingEvents:
                 record = jobstore.require_running(conn, job_id)
                 pending = PendingEvents(job_id, terminal=True)
                 self._event_in_tx(conn, record, name, [], reason, pending)
@@ -267,7 +266,7 @@ class JobManager:
                 raise JobFinished(job_id, self._unsaved[job_id].status)
             try:
                 pending = await self.store.write(tx)
-            except apsw.Error as exc:
+            except DB_ERRORS as exc:
                 pending = self._degraded_event(job, name, [], reason, exc, terminal=True)
                 self._unsaved[job_id] = _UnsavedFinish(status, saved_error, at, expires)
                 log.error("could not save the job's final status; will retry", job=job_id)
@@ -278,7 +277,7 @@ class JobManager:
         """Append to the job's error list (GET /v2/crawl/{id}/errors)."""
         at = self.clock_ms()
 
-        def tx(conn: apsw.Connection) -> None:
+        def tx(conn: Conn) -> None:
             if jobstore.get_job(conn, job_id) is None:
                 raise JobNotFound(job_id)
             jobstore.add_error(conn, job_id, code=code, error=error, url=url, at_ms=at)
@@ -404,7 +403,7 @@ class JobManager:
         while True:
             try:
                 await self.cleanup_once()
-            except apsw.Error as exc:
+            except DB_ERRORS as exc:
                 log.error(
                     "jobs cleanup failed; retrying later", error=f"{type(exc).__name__}: {exc}"
                 )
@@ -435,7 +434,7 @@ class JobManager:
 
     def _event_in_tx(
         self,
-        conn: apsw.Connection,
+        conn: Conn,
         record: JobRecord,
         name: str,
         data: list[Any],
@@ -587,13 +586,13 @@ class JobManager:
     async def _save_unsaved(self) -> None:
         for job_id, unsaved in list(self._unsaved.items()):
 
-            def tx(conn: apsw.Connection, j: str = job_id, u: _UnsavedFinish = unsaved) -> None:
+            def tx(conn: Conn, j: str = job_id, u: _UnsavedFinish = unsaved) -> None:
                 with contextlib.suppress(JobFinished, JobNotFound):
                     jobstore.set_finished(conn, j, u.status, u.error, u.at_ms, u.expires_ms)
 
             try:
                 await self.store.write(tx)
-            except apsw.Error as exc:
+            except DB_ERRORS as exc:
                 log.warning("final job status still not saved", job=job_id, error=str(exc))
                 continue
             del self._unsaved[job_id]

@@ -11,13 +11,12 @@ import uuid
 from collections.abc import Sequence
 from typing import Any, Literal
 
-import apsw
 import msgspec
 
 from daemon.config import WebhookFields, WebhookSpec
 from daemon.jobs.events import WEBHOOK_FAILED, Sequencer, gone_error
 from daemon.outbox import ack, drop_stream
-from daemon.store import one
+from daemon.store import Conn, one
 
 Status = Literal["scraping", "completed", "failed", "cancelled"]
 FINISHED: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
@@ -116,7 +115,7 @@ def _record(row: Sequence[Any]) -> JobRecord:
 
 
 def insert_job(
-    conn: apsw.Connection,
+    conn: Conn,
     *,
     job_id: str,
     kind: str,
@@ -141,12 +140,12 @@ def insert_job(
     )
 
 
-def get_job(conn: apsw.Connection, job_id: str) -> JobRecord | None:
+def get_job(conn: Conn, job_id: str) -> JobRecord | None:
     row = conn.execute(f"SELECT {_COLUMNS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
     return None if row is None else _record(row)
 
 
-def require_running(conn: apsw.Connection, job_id: str) -> JobRecord:
+def require_running(conn: Conn, job_id: str) -> JobRecord:
     """The job's record; JobNotFound, or JobFinished when it already has a final status."""
     record = get_job(conn, job_id)
     if record is None:
@@ -157,7 +156,7 @@ def require_running(conn: apsw.Connection, job_id: str) -> JobRecord:
 
 
 def add_rows(
-    conn: apsw.Connection,
+    conn: Conn,
     job_id: str,
     rows: Sequence[Any],
     total: int | None = None,
@@ -185,12 +184,12 @@ def add_rows(
     return first
 
 
-def set_total(conn: apsw.Connection, job_id: str, total: int) -> None:
+def set_total(conn: Conn, job_id: str, total: int) -> None:
     """Set the job's `total` (completed + pending), which may go down when pages fail."""
     conn.execute("UPDATE jobs SET total = max(?, completed) WHERE id = ?", (total, job_id))
 
 
-def issue_seq(conn: apsw.Connection, record: JobRecord, name: str, floor: int = 0) -> int | None:
+def issue_seq(conn: Conn, record: JobRecord, name: str, floor: int = 0) -> int | None:
     """Number event `name` of a job with a webhook (None: its filter drops it) and remember it.
 
     `floor` is the highest seq the caller knows was issued outside the store (events numbered in
@@ -214,7 +213,7 @@ def issue_seq(conn: apsw.Connection, record: JobRecord, name: str, floor: int = 
 
 
 def set_finished(
-    conn: apsw.Connection,
+    conn: Conn,
     job_id: str,
     status: str,
     error: str | None,
@@ -234,7 +233,7 @@ def set_finished(
 
 
 def add_error(
-    conn: apsw.Connection,
+    conn: Conn,
     job_id: str,
     *,
     code: str | None,
@@ -262,7 +261,7 @@ class GoneMark(msgspec.Struct, frozen=True, kw_only=True):
     skipped: int
 
 
-def webhook_gone(conn: apsw.Connection, job_id: str) -> GoneMark | None:
+def webhook_gone(conn: Conn, job_id: str) -> GoneMark | None:
     row = conn.execute(
         "SELECT event_id, type, error_id, skipped FROM webhook_gone WHERE job_id = ?", (job_id,)
     ).fetchone()
@@ -273,7 +272,7 @@ def webhook_gone(conn: apsw.Connection, job_id: str) -> GoneMark | None:
 
 
 def mark_gone(
-    conn: apsw.Connection,
+    conn: Conn,
     job_id: str,
     *,
     event_id: str,
@@ -308,15 +307,17 @@ def mark_gone(
         at_ms=at_ms,
     )
     conn.execute(
-        "INSERT OR REPLACE INTO webhook_gone(job_id, event_id, type, error_id, skipped, at_ms)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO webhook_gone(job_id, event_id, type, error_id, skipped, at_ms)"
+        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(job_id) DO UPDATE SET"
+        " event_id = excluded.event_id, type = excluded.type, error_id = excluded.error_id,"
+        " skipped = excluded.skipped, at_ms = excluded.at_ms",
         (job_id, event_id, type_, error_id, skipped, at_ms),
     )
     return GoneMark(event_id=event_id, type=type_, error_id=error_id, skipped=skipped)
 
 
 def skip_gone(
-    conn: apsw.Connection, job_id: str, count: int, *, stream: str | None = None, upto: int = 0
+    conn: Conn, job_id: str, count: int, *, stream: str | None = None, upto: int = 0
 ) -> GoneMark | None:
     """Count `count` more events of a gone job as not sent (acking `stream` up to `upto`), and
     rewrite the job's one gone error to say so. None if the job has no gone mark."""
@@ -332,7 +333,7 @@ def skip_gone(
     return mark
 
 
-def list_errors(conn: apsw.Connection, job_id: str) -> list[JobError]:
+def list_errors(conn: Conn, job_id: str) -> list[JobError]:
     rows: list[Any] = conn.execute(
         "SELECT id, at_ms, url, code, error FROM job_errors WHERE job_id = ? ORDER BY n",
         (job_id,),
@@ -343,7 +344,7 @@ def list_errors(conn: apsw.Connection, job_id: str) -> list[JobError]:
 
 
 def read_rows(
-    conn: apsw.Connection, job_id: str, skip: int, limit: int, max_bytes: int
+    conn: Conn, job_id: str, skip: int, limit: int, max_bytes: int
 ) -> tuple[list[bytes], bool]:
     """Up to `limit` stored rows (JSON bytes) after the first `skip`, stopping once they add up
     to `max_bytes` (at least one row is returned); the flag says whether more rows follow."""
@@ -361,7 +362,7 @@ def read_rows(
     return page, False
 
 
-def resumable(conn: apsw.Connection) -> list[tuple[JobRecord, int]]:
+def resumable(conn: Conn) -> list[tuple[JobRecord, int]]:
     """Jobs with a webhook that may still have events to deliver: running ones, and finished
     ones whose stream has items after its cursor; each with that pending count."""
     rows: list[Any] = conn.execute(
@@ -378,7 +379,7 @@ def resumable(conn: apsw.Connection) -> list[tuple[JobRecord, int]]:
     return found
 
 
-def expired(conn: apsw.Connection, now_ms: int, limit: int) -> list[str]:
+def expired(conn: Conn, now_ms: int, limit: int) -> list[str]:
     """Ids of finished jobs whose expiry has passed, oldest first.
 
     A job whose rows are still bodies of unacknowledged queue items (a collector run while the
@@ -393,7 +394,7 @@ def expired(conn: apsw.Connection, now_ms: int, limit: int) -> list[str]:
     return [r[0] for r in rows]
 
 
-def delete_job(conn: apsw.Connection, job_id: str, chunk: int) -> bool:
+def delete_job(conn: Conn, job_id: str, chunk: int) -> bool:
     """Delete up to `chunk` of the job's rows; once none are left, the job, its errors and its
     event stream. True when the job is gone (keeps each transaction short for big jobs)."""
     conn.execute(

@@ -1,11 +1,13 @@
-# One SQLite file in WAL mode, reached through APSW, shared by every part of the daemon.
+# The daemon's store: one contract (`await store.write(fn)`, `await store.read(fn)`), two backends
+# (daemon/store/sqlite.py, the default, and daemon/store/postgres.py), shared by every area.
 #
 # Why this shape:
-# - SQLite allows one writer at a time, so the daemon has exactly one write connection, owned by one
-#   writer thread that lives as long as the store. Callers hand it small functions
-#   (`await store.write(fn)`) and park. The writer takes every job that is waiting (up to
-#   `group_commit_max`) and runs them in ONE transaction. Under load that turns hundreds of
-#   fsync-bound commits into one (group commit).
+# - SQLite allows one writer at a time (and on PostgreSQL one writer per instance keeps every
+#   area's transactions exactly as they are: same grouping, same order), so the daemon has
+#   exactly one write connection, owned by one writer thread that lives as long as the store.
+#   Callers hand it small functions (`await store.write(fn)`) and park. The writer takes every
+#   job that is waiting (up to `group_commit_max`) and runs them in ONE transaction. Under load
+#   that turns hundreds of fsync-bound commits into one (group commit).
 # - Groups are optimistic: the jobs run without a savepoint each. When one raises, the transaction
 #   rolls back and that job gets its exception, which is the one it would have got with savepoints
 #   (the jobs before it ran the same way); the others run again in a fresh transaction, each in its
@@ -25,8 +27,12 @@
 #   (started through trio.to_thread with a limiter of its own) and reads in worker threads behind
 #   the store's own CapacityLimiter, so the HTTP layer's threads cannot starve the store (and the
 #   other way round). On the trio thread a write only queues, parks and is rescheduled.
-# - Readers use separate connections; WAL gives them a consistent snapshot while the writer works.
-# - Migrations are numbered .sql files applied by `user_version` in one transaction at open.
+# - Readers use separate connections, each call a consistent snapshot (WAL; REPEATABLE READ).
+# - What differs between the backends (connections, migrations, which errors mean the database
+#   cannot take writes, which let a whole group run again) is the backend's; this module never
+#   names SQLite or PostgreSQL. On PostgreSQL a lost connection or a serialization failure runs
+#   the group again once the writer has reconnected, unless COMMIT was already sent: then the
+#   outcome is unknown and the callers get the error, as they would a disk error.
 from __future__ import annotations
 
 import contextlib
@@ -35,29 +41,115 @@ import queue
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-import apsw
-import apsw.bestpractice
 import trio
 
 from daemon.logs import get_logger
+from daemon.store.errors import StoreUnavailable
+from daemon.store.sqlite import STORAGE_ERRORS as SQLITE_STORAGE_ERRORS
+from daemon.store.sqlite import SqliteBackend, hold_state_dir, migrate, one
+
+if TYPE_CHECKING:
+    from daemon import config
+
+__all__ = [
+    "DB_ERRORS",
+    "DISK_FULL",
+    "STORAGE_ERRORS",
+    "Backend",
+    "Conn",
+    "Store",
+    "StoreClosed",
+    "StoreHealth",
+    "StoreUnavailable",
+    "backend_for",
+    "hold_state_dir",
+    "migrate",
+    "one",
+    "open_store",
+]
 
 T = TypeVar("T")
 log = get_logger("store")
 
-APPLICATION_ID = 0x63726C64  # "crld"
 
-apsw.bestpractice.apply(
-    (
-        apsw.bestpractice.connection_wal,
-        apsw.bestpractice.connection_enable_foreign_keys,
-        apsw.bestpractice.connection_dqs,
-        apsw.bestpractice.connection_recursive_triggers,
-    )
-)
+def _db_errors() -> tuple[type[BaseException], ...]:
+    import apsw
+    import psycopg
+    import psycopg_pool
+
+    return (apsw.Error, psycopg.Error, psycopg_pool.PoolTimeout)
+
+
+DB_ERRORS: tuple[type[BaseException], ...] = _db_errors()
+"""What a statement of either backend can raise: areas catch these around their writes."""
+
+
+def _disk_full() -> tuple[type[BaseException], ...]:
+    import apsw
+    import psycopg.errors
+
+    return (apsw.FullError, psycopg.errors.DiskFull)
+
+
+DISK_FULL: tuple[type[BaseException], ...] = _disk_full()
+"""Either backend's "no space left" (HTTP 507)."""
+
+
+def _storage_errors() -> tuple[type[BaseException], ...]:
+    from daemon.store.postgres import STORAGE_ERRORS as PG_STORAGE_ERRORS
+
+    return SQLITE_STORAGE_ERRORS + PG_STORAGE_ERRORS
+
+
+STORAGE_ERRORS: tuple[type[BaseException], ...] = _storage_errors()
+"""Errors of either backend that mean the database cannot take writes now (disk full, I/O,
+server gone), not a bad job."""
+
+
+class Conn(Protocol):
+    """What an area's store function gets: an APSW connection on SQLite, a `PgConn` on
+    PostgreSQL. Statements use `?` placeholders and the SQL both share (daemon/store/dialect.py).
+    execute returns a cursor (fetchone, fetchall, iteration); executemany returns every row its
+    executions yield (a SELECT or RETURNING), in order; changes() counts the rows the last
+    execute changed."""
+
+    def execute(self, sql: str, bindings: Any = ..., /) -> Any: ...
+    def executemany(self, sql: str, seq: Any, /) -> Any: ...
+    def changes(self) -> int: ...
+
+
+class Backend(Protocol):
+    """What the store needs of a database (daemon/store/sqlite.py, daemon/store/postgres.py)."""
+
+    name: str
+    location: str
+    readers: int
+    storage_errors: tuple[type[BaseException], ...]
+
+    def connect(self) -> Any: ...
+    def open_readers(self) -> None: ...
+    def control(self, conn: Any) -> Callable[[str], Any]: ...
+    def in_transaction(self, conn: Any) -> bool: ...
+    def retryable(self, exc: BaseException, committing: bool) -> bool: ...
+    def reconnect(self, conn: Any) -> Any: ...
+    def migrate(self, conn: Any) -> int: ...
+    def read(self, fn: Callable[[Any], T]) -> T: ...
+    def halt(self) -> None: ...
+    def close(self, writer: Any) -> None: ...
+    def columns(self, conn: Any) -> dict[str, list[tuple[str, str]]]: ...
+    def hold(self) -> contextlib.AbstractContextManager[None]: ...
+    def after_copy(self, conn: Any) -> None: ...
+
+
+class _RetryGroup(Exception):
+    """The backend says the whole group may run again (raised inside the writer thread)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class StoreClosed(Exception):
@@ -71,7 +163,7 @@ class _WriteJob:
 
     def __init__(
         self,
-        fn: Callable[[apsw.Connection], Any],
+        fn: Callable[[Any], Any],
         task: trio.lowlevel.Task | None,
         store: Store | None,
     ) -> None:
@@ -93,17 +185,6 @@ class _WriteJob:
         return trio.lowlevel.Abort.SUCCEEDED
 
 
-STORAGE_ERRORS: tuple[type[BaseException], ...] = (
-    apsw.FullError,
-    apsw.IOError,
-    apsw.CantOpenError,
-    apsw.ReadOnlyError,
-    apsw.CorruptError,
-    apsw.NoMemError,
-)
-"""Errors that mean the database cannot take writes at all (disk full, I/O), not a bad job."""
-
-
 @dataclass(frozen=True)
 class StoreHealth:
     writable: bool
@@ -121,47 +202,6 @@ class StoreStats:
     largest_group: int = 0
 
 
-def migrations() -> list[tuple[int, str, str]]:
-    """(version, name, sql) of every migration shipped in daemon/store/migrations, in order."""
-    folder = resources.files("daemon.store").joinpath("migrations")
-    found = []
-    for entry in folder.iterdir():
-        name = entry.name
-        if name.endswith(".sql"):
-            found.append((int(name.split("_", 1)[0]), name, entry.read_text(encoding="utf-8")))
-    found.sort()
-    for expected, (version, name, _) in enumerate(found, start=1):
-        if version != expected:
-            raise RuntimeError(f"migration {name} is out of sequence (expected {expected:04d}_…)")
-    return found
-
-
-def _configure(conn: apsw.Connection, synchronous: str, busy_timeout_s: float) -> None:
-    conn.setbusytimeout(int(busy_timeout_s * 1000))
-    conn.execute("pragma journal_mode=wal")
-    conn.execute(f"pragma synchronous={synchronous}")
-    conn.execute("pragma foreign_keys=on")
-
-
-def migrate(conn: apsw.Connection) -> int:
-    """Apply pending migrations in one transaction; return the schema version."""
-    steps = migrations()
-    with conn:
-        current = one(conn, "pragma user_version")[0]
-        latest = steps[-1][0] if steps else 0
-        if current > latest:
-            raise RuntimeError(
-                f"database schema version {current} is newer than this crawld ({latest})"
-            )
-        for version, name, sql in steps:
-            if version > current:
-                log.info("applying migration", migration=name)
-                conn.execute(sql)
-        conn.execute(f"pragma user_version={latest}")
-        conn.execute(f"pragma application_id={APPLICATION_ID}")
-    return latest
-
-
 class Store:
     """The daemon's database: `await write(fn)` and `await read(fn)` with fn(conn) -> value."""
 
@@ -171,22 +211,26 @@ class Store:
 
     def __init__(
         self,
-        path: Path,
+        target: Path | Backend,
         *,
         synchronous: str = "normal",
         busy_timeout: float = 5.0,
         group_commit_max: int = 256,
         readers: int = 2,
     ) -> None:
-        self.path = path
-        self.synchronous = synchronous
-        self.busy_timeout = busy_timeout
+        if isinstance(target, Path):
+            target = SqliteBackend(
+                target, synchronous=synchronous, busy_timeout=busy_timeout, readers=readers
+            )
+        self.backend: Backend = target
+        self.path = target.location
+        """Where the data lives: the file, or the server and schema (for /status and errors)."""
         self.group_commit_max = group_commit_max
         self.stats = StoreStats()
         self.schema_version = 0
-        self._writer = self._connect()
-        self._control = self._writer.cursor()
-        """Runs BEGIN/SAVEPOINT/RELEASE/COMMIT (one reused cursor is cheaper than one per call)."""
+        self._writer = target.connect()
+        self._control = target.control(self._writer)
+        """Runs BEGIN/SAVEPOINT/RELEASE/COMMIT."""
         self._jobs: queue.SimpleQueue[list[_WriteJob] | None] = queue.SimpleQueue()
         """Lists of jobs for the writer thread; None stops it."""
         self._pending: list[_WriteJob] = []
@@ -202,8 +246,7 @@ class Store:
         self._room = trio.lowlevel.ParkingLot()
         """Writers waiting while `_max_queued` jobs are queued."""
         self._token: trio.lowlevel.TrioToken | None = None
-        self._readers = [self._connect() for _ in range(readers)]
-        self._reader_limiter = trio.CapacityLimiter(readers)
+        self._reader_limiter = trio.CapacityLimiter(target.readers)
         self._writer_limiter = trio.CapacityLimiter(1)
         self._stopping = False
         self._inline_stopped = trio.Event()
@@ -216,7 +259,11 @@ class Store:
 
     def _storage_failed(self, exc: BaseException) -> None:
         if self._health.writable:
-            log.error("the database cannot take writes", error=f"{type(exc).__name__}: {exc}")
+            log.error(
+                "the database cannot take writes",
+                backend=self.backend.name,
+                error=f"{type(exc).__name__}: {exc}",
+            )
             reason = f"{type(exc).__name__}: {exc}"
             self._health = StoreHealth(False, reason, time.time_ns() // 1_000_000)
 
@@ -225,12 +272,7 @@ class Store:
             log.warning("the database takes writes again", since_ms=self._health.since_ms)
             self._health = StoreHealth(writable=True)
 
-    def _connect(self) -> apsw.Connection:
-        conn = apsw.Connection(str(self.path), statementcachesize=256)
-        _configure(conn, self.synchronous, self.busy_timeout)
-        return conn
-
-    async def write(self, fn: Callable[[apsw.Connection], T]) -> T:
+    async def write(self, fn: Callable[[Any], T]) -> T:
         """Run fn(conn) in the writer's next transaction; its return value or exception comes back.
 
         The transaction commits before this returns. Cancelling the caller does not undo a write
@@ -268,30 +310,26 @@ class Store:
         while self._queued >= self._max_queued and not self._stopping:
             await self._room.park()
         if self._stopping or self._closed:
-            raise StoreClosed("store is closed")
+            raise StoreClosed(f"store ({self.backend.name}) is closed")
 
-    def _write_inline(self, fn: Callable[[apsw.Connection], T]) -> T:
+    def _write_inline(self, fn: Callable[[Any], T]) -> T:
         if self._stopping or self._closed:
-            raise StoreClosed("store is closed")
+            raise StoreClosed(f"store ({self.backend.name}) is closed")
         job = _WriteJob(fn, None, None)
         self._commit_group([job])
         if job.error is not None:
             raise job.error
         return job.result
 
-    async def read(self, fn: Callable[[apsw.Connection], T]) -> T:
-        """Run fn(conn) on a reader connection (a consistent WAL snapshot per call)."""
+    async def read(self, fn: Callable[[Any], T]) -> T:
+        """Run fn(conn) on a reader connection (a consistent snapshot per call)."""
         if self._closed:
-            raise StoreClosed("store is closed")
+            raise StoreClosed(f"store ({self.backend.name}) is closed")
         if self.inline:
             await trio.lowlevel.checkpoint()
-            return _read_tx(self._readers[0], fn)
+            return self.backend.read(fn)
         async with self._reader_limiter:
-            conn = self._readers.pop()
-            try:
-                return await trio.to_thread.run_sync(_read_tx, conn, fn)
-            finally:
-                self._readers.append(conn)
+            return await trio.to_thread.run_sync(self.backend.read, fn)
 
     async def run_writer(self) -> None:
         """Run the writer thread until `stop_writer()`; every job queued before that is answered
@@ -311,6 +349,7 @@ class Store:
         """Refuse new writes (StoreClosed) and let the writer finish the queued ones and stop."""
         if not self._stopping:
             self._stopping = True
+            self.backend.halt()
             self._flushing = False
             self._inline_stopped.set()
             self._hand_over()
@@ -367,9 +406,9 @@ class Store:
                     self._commit_group(group)
                 except BaseException as exc:  # a job raised past Exception: fail its group, go on
                     log.error("write group failed", error=f"{type(exc).__name__}: {exc}")
-                    with contextlib.suppress(apsw.Error):
-                        if not self._writer.getautocommit():
-                            self._control.execute("ROLLBACK")
+                    with contextlib.suppress(Exception):
+                        if self.backend.in_transaction(self._writer):
+                            self._control("ROLLBACK")
                     for job in group:
                         job.result = None
                         job.error = job.error or exc
@@ -389,9 +428,52 @@ class Store:
             self._room.unpark_all()
 
     def _commit_group(self, batch: list[_WriteJob]) -> None:
-        todo = self._commit_optimistic(batch)
-        while todo:
-            todo = self._commit_once(todo)
+        attempt = 0
+        while True:
+            try:
+                todo = self._commit_optimistic(batch)
+                while todo:
+                    todo = self._commit_once(todo)
+                return
+            except _RetryGroup as retry:
+                attempt += 1
+                for job in batch:
+                    job.error = job.result = None
+                if not self._recover(retry.error, attempt):
+                    for job in batch:
+                        job.error = retry.error
+                        self.stats.write_errors += 1
+                    return
+
+    def _recover(self, exc: BaseException, attempt: int) -> bool:
+        """After a retryable failure: roll back or reconnect; False when the group must fail
+        instead (the store stops, or it kept failing)."""
+        if isinstance(exc, self.backend.storage_errors):
+            self._storage_failed(exc)
+        log.warning(
+            "write transaction failed; running the group again",
+            backend=self.backend.name,
+            error=f"{type(exc).__name__}: {exc}",
+            attempt=attempt,
+        )
+        try:
+            if self.backend.in_transaction(self._writer):
+                self._control("ROLLBACK")
+                if attempt > 50:
+                    return False
+                time.sleep(min(0.001 * 2**attempt, 0.2))
+                return True
+        except Exception:
+            pass
+        if self._stopping or self.inline:
+            return False
+        try:
+            self._writer = self.backend.reconnect(self._writer)
+        except Exception as failed:
+            log.error("the writer could not reconnect", error=str(failed))
+            return False
+        self._control = self.backend.control(self._writer)
+        return True
 
     def _commit_optimistic(self, batch: list[_WriteJob]) -> list[_WriteJob]:
         """Run `batch` in one transaction without savepoints; return the jobs to run again.
@@ -400,7 +482,7 @@ class Store:
         before it ran as they would have with savepoints, so it failed as it would have), and the
         others are returned, to run again with a savepoint each.
         """
-        conn, run = self._writer, self._control.execute
+        conn, run = self._writer, self._control
         stats = self.stats
         stats.transactions += 1
         stats.write_jobs += len(batch)
@@ -418,7 +500,7 @@ class Store:
             self._job_failed(job, exc)
             others = [other for other in batch if other is not job]
             try:
-                if not conn.getautocommit():
+                if self.backend.in_transaction(conn):
                     run("ROLLBACK")
             except Exception as rollback_exc:
                 self._transaction_failed(others, rollback_exc)
@@ -429,27 +511,37 @@ class Store:
         try:
             run("COMMIT")
         except Exception as exc:
-            self._transaction_failed(batch, exc)
+            self._transaction_failed(batch, exc, committing=True)
             return []
         self._storage_ok()
         return []
 
     def _job_failed(self, job: _WriteJob, exc: Exception) -> None:
+        if self.backend.retryable(exc, False):
+            raise _RetryGroup(exc) from exc
         job.error = exc
         job.result = None
         self.stats.write_errors += 1
         if isinstance(exc, STORAGE_ERRORS):
             self._storage_failed(exc)
 
-    def _transaction_failed(self, batch: list[_WriteJob], exc: Exception) -> None:
-        """BEGIN, COMMIT or a rollback failed: nothing is stored, every job without an error of
-        its own gets this one."""
+    def _transaction_failed(
+        self, batch: list[_WriteJob], exc: Exception, *, committing: bool = False
+    ) -> None:
+        """BEGIN, COMMIT or a rollback failed: nothing is stored (or, for a COMMIT whose answer
+        was lost, nobody knows), every job without an error of its own gets this one."""
+        if isinstance(exc, _RetryGroup):
+            raise exc
+        if self.backend.retryable(exc, committing):
+            raise _RetryGroup(exc) from exc
         if isinstance(exc, STORAGE_ERRORS):
             self._storage_failed(exc)
-        if not self._writer.getautocommit():
-            with contextlib.suppress(apsw.Error):
-                self._control.execute("ROLLBACK")
-        log.error("write transaction failed", error=str(exc), jobs=len(batch))
+        if self.backend.in_transaction(self._writer):
+            with contextlib.suppress(Exception):
+                self._control("ROLLBACK")
+        log.error(
+            "write transaction failed", backend=self.backend.name, error=str(exc), jobs=len(batch)
+        )
         for job in batch:
             if job.error is None:
                 job.error = exc
@@ -465,10 +557,11 @@ class Store:
         ones after it must not run outside a transaction: everything but the failed job is
         retried in a fresh transaction.
         """
-        conn, run = self._writer, self._control.execute
+        conn, run = self._writer, self._control
         self.stats.transactions += 1
         lost = False
         failed = False
+        committing = False
         try:
             run("BEGIN")
             for job in batch:
@@ -478,17 +571,18 @@ class Store:
                 except Exception as exc:
                     self._job_failed(job, exc)
                     failed = True
-                    if conn.getautocommit():  # SQLite abandoned the whole transaction
+                    if not self.backend.in_transaction(conn):  # the whole transaction is gone
                         lost = True
                         break
                     run("ROLLBACK TO job")
                 run("RELEASE job")
             if not lost:
+                committing = True
                 run("COMMIT")
                 if not failed or not any(isinstance(job.error, STORAGE_ERRORS) for job in batch):
                     self._storage_ok()
         except Exception as exc:  # the commit (or a savepoint step) failed: nothing is stored
-            self._transaction_failed(batch, exc)
+            self._transaction_failed(batch, exc, committing=committing)
             return []
         if not lost:
             return []
@@ -496,61 +590,77 @@ class Store:
         for job in retry:
             job.result = None
         log.warning(
-            "write transaction abandoned by SQLite; retrying the other jobs", jobs=len(retry)
+            "write transaction abandoned by the database; retrying the other jobs",
+            backend=self.backend.name,
+            jobs=len(retry),
         )
         return retry
 
     def open(self) -> None:
-        self.schema_version = migrate(self._writer)
+        self.schema_version = self.backend.migrate(self._writer)
+        self.backend.open_readers()
 
     def close(self) -> None:
         self._closed = True
-        with contextlib.suppress(apsw.Error):
-            self._writer.execute("pragma optimize")
-        for conn in [self._writer, *self._readers]:
-            conn.close()
+        self.backend.close(self._writer)
 
 
-def _run_job(job: _WriteJob, conn: apsw.Connection) -> None:
+def _run_job(job: _WriteJob, conn: Any) -> None:
     result = job.fn(conn)
-    if isinstance(result, apsw.Cursor):
-        result.close()  # freed on the trio thread, an open writer cursor would wait for its lock
+    if isinstance(result, _CURSORS):
+        result.close()  # type: ignore[attr-defined]  # an open writer cursor freed on the trio thread would wait for its lock
     job.result = result
 
 
-def _read_tx(conn: apsw.Connection, fn: Callable[[apsw.Connection], T]) -> T:
-    with conn:
-        result = fn(conn)
-    return result
+def _cursor_types() -> tuple[type, ...]:
+    import apsw
+    import psycopg
+
+    return (apsw.Cursor, psycopg.Cursor)
 
 
-def one(conn: apsw.Connection, sql: str, bindings: tuple[Any, ...] = ()) -> Any:
-    """The first row of a query that always returns one (aggregates, RETURNING, pragmas)."""
-    row = conn.execute(sql, bindings).fetchone()
-    if row is None:
-        raise LookupError(f"query returned no row: {sql}")
-    return row
+_CURSORS = _cursor_types()
+
+
+def backend_for(cfg: config.Config) -> Backend:
+    """The backend `[store]` names (the secret behind `dsn_env` must be set: check_secrets)."""
+    from daemon import config as config_module
+
+    store = cfg.store
+    if store.kind == "postgres":
+        from daemon.store.postgres import PostgresBackend
+
+        assert store.dsn_env is not None
+        return PostgresBackend(
+            os.environ[store.dsn_env],
+            schema=store.schema,
+            pool_size=store.pool_size,
+            connect_timeout=store.connect_timeout,
+        )
+    return SqliteBackend(
+        config_module.state_dir(cfg) / "crawld.db",
+        synchronous=store.synchronous,
+        busy_timeout=store.busy_timeout,
+    )
 
 
 @contextlib.asynccontextmanager
 async def open_store(
-    path: str | os.PathLike[str],
+    target: str | os.PathLike[str] | Backend,
     *,
     synchronous: str = "normal",
     busy_timeout: float = 5.0,
     group_commit_max: int = 256,
 ) -> AsyncIterator[Store]:
-    """Open (creating and migrating as needed) the database and run its writer until exit."""
-    db_path = Path(path)
-    await trio.to_thread.run_sync(lambda: db_path.parent.mkdir(parents=True, exist_ok=True))
-    store = await trio.to_thread.run_sync(
-        lambda: Store(
-            db_path,
-            synchronous=synchronous,
-            busy_timeout=busy_timeout,
-            group_commit_max=group_commit_max,
-        )
-    )
+    """Open (creating and migrating as needed) the database and run its writer until exit.
+
+    `target` is a SQLite file path or a backend (backend_for(cfg))."""
+    if isinstance(target, (str, os.PathLike)):
+        db_path = Path(target)
+        await trio.to_thread.run_sync(lambda: db_path.parent.mkdir(parents=True, exist_ok=True))
+        target = SqliteBackend(db_path, synchronous=synchronous, busy_timeout=busy_timeout)
+    backend = target
+    store = await trio.to_thread.run_sync(lambda: Store(backend, group_commit_max=group_commit_max))
     try:
         await trio.to_thread.run_sync(store.open)
         async with trio.open_nursery() as nursery:

@@ -19,12 +19,11 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-import apsw
 import trio
 
 from daemon.clock import EpochClock, sleep_until_ms
 from daemon.logs import get_logger
-from daemon.store import Store
+from daemon.store import Conn, Store
 from daemon.tracker import metrics, rules
 from daemon.tracker import store as ts
 from daemon.tracker.bilibili import (
@@ -147,7 +146,7 @@ class Tracker:
 
     def _schedule(
         self,
-        conn: apsw.Connection,
+        conn: Conn,
         aid: int,
         type_: str,
         at_ms: int,
@@ -184,7 +183,7 @@ class Tracker:
         now = self.clock()
         size = self.window_ms
 
-        def tx(conn: apsw.Connection) -> int:
+        def tx(conn: Conn) -> int:
             ts.set_window_ms(conn, size)
             return ts.recover_processing(conn, now)
 
@@ -316,7 +315,7 @@ class Tracker:
             return None
         now = self.clock()
 
-        def tx(conn: apsw.Connection) -> bool:
+        def tx(conn: Conn) -> bool:
             added = ts.store_label(
                 conn, aid, result.label, result.probabilities, result.model_version, now
             )
@@ -355,7 +354,7 @@ class Tracker:
         )
         types = [t for group in rules.SINGLE_TYPES_BY_PRIORITY for t in group]
 
-        def tx(conn: apsw.Connection) -> list[ts.Due]:
+        def tx(conn: Conn) -> list[ts.Due]:
             due = ts.due(conn, types, low, high, rules.SINGLE_LIMIT * 5)
             busy = ts.busy_aids(conn, [r[1] for r in due])
             picked = rules.pick_single(due, busy)
@@ -386,7 +385,7 @@ class Tracker:
                 return "failed"
             now = self.clock()
 
-            def gone(conn: apsw.Connection) -> None:
+            def gone(conn: Conn) -> None:
                 ts.set_video_status(conn, aid, code)
                 ts.finish(conn, [sid], "bili_error", now, str(code))
 
@@ -400,7 +399,7 @@ class Tracker:
         stat, at_ms = answer.value, answer.server_ms
         now = self.clock()
 
-        def complete(conn: apsw.Connection) -> int | None:
+        def complete(conn: Conn) -> int | None:
             """The milestone passed, if this snapshot crossed one (counted and logged once the
             write committed: the store may run a job twice)."""
             previous = ts.latest(conn, aid)
@@ -441,7 +440,7 @@ class Tracker:
         sid, aid, type_, _ = row
         now = self.clock()
 
-        def tx(conn: apsw.Connection) -> None:
+        def tx(conn: Conn) -> None:
             ts.finish(conn, [sid], status, now, error[:500])
             if retry_ms is not None:
                 self._schedule(conn, aid, type_, now + retry_ms, now)
@@ -462,7 +461,7 @@ class Tracker:
         low, high = rules.due_range(now, rules.BULK_LOOKBACK_MS, int(self.config.bulk_tick * 1000))
         types = [t for group in rules.BULK_TYPES_BY_PRIORITY for t in group]
 
-        def tx(conn: apsw.Connection) -> list[ts.Due]:
+        def tx(conn: Conn) -> list[ts.Due]:
             due = ts.due(conn, types, low, high, rules.BULK_LIMIT)
             return ts.claim(conn, [r[0] for r in due], now)
 
@@ -502,7 +501,7 @@ class Tracker:
         stats, at_ms = answer.value, answer.server_ms
         now = self.clock()
 
-        def complete(conn: apsw.Connection) -> list[tuple[str, int]]:
+        def complete(conn: Conn) -> list[tuple[str, int]]:
             return ts.complete_bulk(
                 conn,
                 group,
@@ -549,7 +548,7 @@ class Tracker:
     ) -> None:
         now = self.clock()
 
-        def tx(conn: apsw.Connection) -> None:
+        def tx(conn: Conn) -> None:
             ts.finish(conn, [r[0] for r in group], status, now, error[:500])
             for _, aid, type_, _ in group:
                 delay = retry_ms if retry_ms is not None else rules.bulk_no_proxy_retry_ms(self.rng)
@@ -573,8 +572,8 @@ class Tracker:
 
     async def _each_batch(
         self,
-        select: Callable[[apsw.Connection, int], list[int]],
-        plan: Callable[[apsw.Connection, int], bool],
+        select: Callable[[Conn, int], list[int]],
+        plan: Callable[[Conn, int], bool],
     ) -> int:
         """Page through aids (`select(conn, after_aid)`) and plan each (`plan(conn, aid)`) in
         one write transaction per batch; returns how many were planned."""
@@ -584,7 +583,7 @@ class Tracker:
             if not aids:
                 return planned
 
-            def tx(conn: apsw.Connection, batch: list[int] = aids) -> int:
+            def tx(conn: Conn, batch: list[int] = aids) -> int:
                 return sum(1 for aid in batch if plan(conn, aid))
 
             planned += await self.store.write(tx)
@@ -593,14 +592,14 @@ class Tracker:
     async def dispatch_regular(self) -> int:
         """Songs without an active normal schedule get one, after their regular interval."""
 
-        def select(conn: apsw.Connection, after: int) -> list[int]:
+        def select(conn: Conn, after: int) -> list[int]:
             return ts.without_active(
                 conn, "normal", songs=True, after_aid=after, limit=DISPATCH_BATCH
             )
 
         now = self.clock()
 
-        def plan(conn: apsw.Connection, aid: int) -> bool:
+        def plan(conn: Conn, aid: int) -> bool:
             hours = ts.regular_interval_hours(conn, aid, now)
             last = ts.latest(conn, aid)
             at = rules.regular_target_ms(last.at_ms if last else None, hours, now)
@@ -615,7 +614,7 @@ class Tracker:
         for start in range(0, len(aids), DISPATCH_BATCH):
             batch = aids[start : start + DISPATCH_BATCH]
 
-            def tx(conn: apsw.Connection, batch: list[int] = batch) -> int:
+            def tx(conn: Conn, batch: list[int] = batch) -> int:
                 count = 0
                 for aid in batch:
                     eta = ts.eta_of(conn, aid, now)
@@ -640,12 +639,12 @@ class Tracker:
         total, now = 0, self.clock()
         for songs in (True, False):
 
-            def select(conn: apsw.Connection, after: int, songs: bool = songs) -> list[int]:
+            def select(conn: Conn, after: int, songs: bool = songs) -> list[int]:
                 return ts.without_active(
                     conn, "archive", songs=songs, after_aid=after, limit=DISPATCH_BATCH
                 )
 
-            def plan(conn: apsw.Connection, aid: int, songs: bool = songs) -> bool:
+            def plan(conn: Conn, aid: int, songs: bool = songs) -> bool:
                 at = rules.archive_time_ms(now, songs, tz, self.rng)
                 return self._schedule(conn, aid, "archive", at, now).outcome == "inserted"
 
@@ -657,7 +656,7 @@ class Tracker:
         now = self.clock()
         size = self.window_ms
 
-        def tx(conn: apsw.Connection) -> int:
+        def tx(conn: Conn) -> int:
             deleted = ts.cleanup(conn, now - rules.CLEANUP_AGE_MS)
             ts.drop_empty_windows(conn, rules.window_of(now, size))
             return deleted
@@ -674,7 +673,7 @@ class Tracker:
         size = self.window_ms
         first = rules.window_of(now, size)
 
-        def read(conn: apsw.Connection) -> tuple[dict[str, dict[str, int]], dict[int, int]]:
+        def read(conn: Conn) -> tuple[dict[str, dict[str, int]], dict[int, int]]:
             return ts.schedule_counts(conn), ts.window_fill(conn, first, windows)
 
         counts, fill = await self.store.read(read)

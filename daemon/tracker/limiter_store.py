@@ -8,7 +8,7 @@
 # readers and for a shutdown that cannot save at the end.
 from __future__ import annotations
 
-import apsw
+from daemon.store import Conn
 
 CLEAN_PROXY = ""
 """The marker row's proxy: no configured proxy can have an empty name."""
@@ -18,7 +18,7 @@ State = dict[tuple[str, str], int]
 """TAT in epoch ms by (proxy name, window key)."""
 
 
-def take_state(conn: apsw.Connection) -> tuple[State, bool]:
+def take_state(conn: Conn) -> tuple[State, bool]:
     """The stored TATs and whether the last process saved them at a clean shutdown; the marker
     is removed so a crash of this process is not mistaken for a clean stop."""
     state: State = {}
@@ -34,7 +34,7 @@ def take_state(conn: apsw.Connection) -> tuple[State, bool]:
     return state, clean
 
 
-def save_state(conn: apsw.Connection, state: State, *, clean: bool, now_ms: int) -> None:
+def save_state(conn: Conn, state: State, *, clean: bool, now_ms: int) -> None:
     """Replace the stored TATs; with `clean`, mark them as saved at a clean shutdown."""
     conn.execute("DELETE FROM tracker_limiter")
     conn.executemany(

@@ -21,23 +21,29 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import apsw
 import msgspec
 
-from daemon.store import one
+from daemon.store import Conn, one
 from daemon.tracker import rules
 from daemon.tracker.bilibili import Stat, VideoDetail
 from daemon.tracker.rules import Snap
 
-_encode = msgspec.json.encode
+_encode_bytes = msgspec.json.encode
+
+
+def _encode(value: Any) -> str:
+    """JSON text for the TEXT columns (tags, probabilities)."""
+    return _encode_bytes(value).decode()
+
+
 _decode_list = msgspec.json.Decoder(list[Any]).decode
 
 
-def _all(conn: apsw.Connection, sql: str, bindings: tuple[Any, ...] = ()) -> list[Any]:
+def _all(conn: Conn, sql: str, bindings: tuple[Any, ...] = ()) -> list[Any]:
     return conn.execute(sql, bindings).fetchall()
 
 
-def _first(conn: apsw.Connection, sql: str, bindings: tuple[Any, ...] = ()) -> Any:
+def _first(conn: Conn, sql: str, bindings: tuple[Any, ...] = ()) -> Any:
     return conn.execute(sql, bindings).fetchone()
 
 
@@ -48,7 +54,7 @@ Due = tuple[int, int, str, int]
 # ---- settings and windows ---------------------------------------------------------------------
 
 
-def set_window_ms(conn: apsw.Connection, window_ms: int) -> bool:
+def set_window_ms(conn: Conn, window_ms: int) -> bool:
     """Use windows of `window_ms`; when it changed, recount pending rows per window (one
     transaction). True when it changed."""
     (current,) = one(conn, "SELECT window_ms FROM tracker_settings WHERE id = 1")
@@ -65,11 +71,11 @@ def set_window_ms(conn: apsw.Connection, window_ms: int) -> bool:
     return True
 
 
-def window_ms(conn: apsw.Connection) -> int:
+def window_ms(conn: Conn) -> int:
     return int(one(conn, "SELECT window_ms FROM tracker_settings WHERE id = 1")[0])
 
 
-def full_windows(conn: apsw.Connection, first: int, last: int, capacity: int) -> set[int]:
+def full_windows(conn: Conn, first: int, last: int, capacity: int) -> set[int]:
     """Indexes of windows in [first, last] already holding `capacity` pending schedules."""
     rows = _all(
         conn,
@@ -79,7 +85,7 @@ def full_windows(conn: apsw.Connection, first: int, last: int, capacity: int) ->
     return {r[0] for r in rows}
 
 
-def window_fill(conn: apsw.Connection, first: int, count: int) -> dict[int, int]:
+def window_fill(conn: Conn, first: int, count: int) -> dict[int, int]:
     """Pending schedules of the windows [first, first + count) that have any."""
     rows = _all(
         conn,
@@ -89,9 +95,7 @@ def window_fill(conn: apsw.Connection, first: int, count: int) -> dict[int, int]
     return {w: n for w, n in rows}
 
 
-def window_fill_at_least(
-    conn: apsw.Connection, first: int, last: int, least: int
-) -> dict[int, int]:
+def window_fill_at_least(conn: Conn, first: int, last: int, least: int) -> dict[int, int]:
     """Pending schedules of the windows in [first, last] holding at least `least` (≥ 1)."""
     rows = _all(
         conn,
@@ -101,7 +105,7 @@ def window_fill_at_least(
     return {w: n for w, n in rows}
 
 
-def drop_empty_windows(conn: apsw.Connection, before_window: int) -> None:
+def drop_empty_windows(conn: Conn, before_window: int) -> None:
     conn.execute("DELETE FROM tracker_windows WHERE win < ? AND pending <= 0", (before_window,))
 
 
@@ -118,7 +122,7 @@ class Scheduled:
 
 
 def schedule_snapshot(
-    conn: apsw.Connection,
+    conn: Conn,
     aid: int,
     type_: str,
     at_ms: int,
@@ -180,9 +184,7 @@ DUE_SQL = (
 """The ticks' due-schedule select, one type at a time (index-only on tracker_schedules_due)."""
 
 
-def due(
-    conn: apsw.Connection, types: Sequence[str], low_ms: int, high_ms: int, limit: int
-) -> list[Due]:
+def due(conn: Conn, types: Sequence[str], low_ms: int, high_ms: int, limit: int) -> list[Due]:
     """Pending schedules of `types` planned in [low_ms, high_ms], in the order of `types`, then
     by planned time; at most `limit` (one index range scan per type)."""
     found: list[Due] = []
@@ -198,7 +200,7 @@ def due(
     return found
 
 
-def busy_aids(conn: apsw.Connection, aids: Iterable[int]) -> set[int]:
+def busy_aids(conn: Conn, aids: Iterable[int]) -> set[int]:
     """The aids among `aids` with a schedule being processed."""
     busy = set()
     for aid in set(aids):
@@ -212,7 +214,7 @@ def busy_aids(conn: apsw.Connection, aids: Iterable[int]) -> set[int]:
     return busy
 
 
-def claim(conn: apsw.Connection, ids: Sequence[int], now_ms: int) -> list[Due]:
+def claim(conn: Conn, ids: Sequence[int], now_ms: int) -> list[Due]:
     """Mark pending schedules processing (by schedule id); returns the rows it claimed."""
     if not ids:
         return []
@@ -225,7 +227,7 @@ def claim(conn: apsw.Connection, ids: Sequence[int], now_ms: int) -> list[Due]:
 
 
 def finish(
-    conn: apsw.Connection, ids: Sequence[int], status: str, now_ms: int, error: str | None = None
+    conn: Conn, ids: Sequence[int], status: str, now_ms: int, error: str | None = None
 ) -> int:
     """Give processing schedules their final status; returns how many were still processing
     (a row deleted by cleanup meanwhile is not recreated)."""
@@ -241,7 +243,7 @@ def finish(
     return len(changed.fetchall())
 
 
-def recover_processing(conn: apsw.Connection, now_ms: int) -> int:
+def recover_processing(conn: Conn, now_ms: int) -> int:
     """At start: schedules a dead process left processing run again now (pending)."""
     conn.execute(
         "UPDATE tracker_schedules SET status = 'pending', started_ms = NULL, planned_ms = ?"
@@ -251,7 +253,7 @@ def recover_processing(conn: apsw.Connection, now_ms: int) -> int:
     return conn.changes()
 
 
-def cleanup(conn: apsw.Connection, before_ms: int) -> int:
+def cleanup(conn: Conn, before_ms: int) -> int:
     """Delete pending and processing schedules planned before `before_ms`."""
     ids = [
         r[0]
@@ -275,7 +277,7 @@ def cleanup(conn: apsw.Connection, before_ms: int) -> int:
     return len(ids)
 
 
-def schedule_counts(conn: apsw.Connection) -> dict[str, dict[str, int]]:
+def schedule_counts(conn: Conn) -> dict[str, dict[str, int]]:
     """Schedule rows by type × status (kept by a trigger, so this never scans the schedules)."""
     counts: dict[str, dict[str, int]] = {t: {} for t in rules.SCHEDULE_TYPES}
     for type_, status, n in _all(
@@ -285,7 +287,7 @@ def schedule_counts(conn: apsw.Connection) -> dict[str, dict[str, int]]:
     return counts
 
 
-def pending_schedules(conn: apsw.Connection, aid: int) -> list[dict[str, Any]]:
+def pending_schedules(conn: Conn, aid: int) -> list[dict[str, Any]]:
     rows = _all(
         conn,
         "SELECT id, type, status, planned_ms, created_ms FROM tracker_schedules"
@@ -296,7 +298,7 @@ def pending_schedules(conn: apsw.Connection, aid: int) -> list[dict[str, Any]]:
     return [dict(zip(keys, r, strict=True)) for r in rows]
 
 
-def next_schedule_ms(conn: apsw.Connection, aid: int) -> int | None:
+def next_schedule_ms(conn: Conn, aid: int) -> int | None:
     row = _first(
         conn,
         "SELECT min(planned_ms) FROM tracker_schedules"
@@ -306,9 +308,7 @@ def next_schedule_ms(conn: apsw.Connection, aid: int) -> int | None:
     return None if row is None else row[0]
 
 
-def without_active(
-    conn: apsw.Connection, type_: str, *, songs: bool, after_aid: int, limit: int
-) -> list[int]:
+def without_active(conn: Conn, type_: str, *, songs: bool, after_aid: int, limit: int) -> list[int]:
     """Aids (songs, or videos that are not songs) in order after `after_aid` with no active
     schedule of `type_` and status 0 (a gone video is not scheduled again)."""
     source = (
@@ -332,8 +332,8 @@ def without_active(
 
 
 _SNAPSHOT_INSERT = (
-    "INSERT OR IGNORE INTO tracker_snapshots(aid, at_ms, views, danmakus, replies, likes,"
-    " coins, shares, favorites) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "INSERT INTO tracker_snapshots(aid, at_ms, views, danmakus, replies, likes,"
+    " coins, shares, favorites) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )
 
 
@@ -341,18 +341,18 @@ def _snapshot_row(aid: int, at_ms: int, s: Stat) -> tuple[int, ...]:
     return (aid, at_ms, s.views, s.danmakus, s.replies, s.likes, s.coins, s.shares, s.favorites)
 
 
-def insert_snapshot(conn: apsw.Connection, aid: int, at_ms: int, stat: Stat) -> bool:
+def insert_snapshot(conn: Conn, aid: int, at_ms: int, stat: Stat) -> bool:
     """Store a snapshot (the latest one follows by trigger); False if one exists at that ms."""
     conn.execute(_SNAPSHOT_INSERT, _snapshot_row(aid, at_ms, stat))
     return conn.changes() == 1
 
 
-def latest(conn: apsw.Connection, aid: int) -> Snap | None:
+def latest(conn: Conn, aid: int) -> Snap | None:
     row = _first(conn, "SELECT at_ms, views FROM tracker_latest WHERE aid = ?", (aid,))
     return None if row is None else Snap(row[0], row[1])
 
 
-def snapshot_at_or_before(conn: apsw.Connection, aid: int, at_ms: int) -> Snap | None:
+def snapshot_at_or_before(conn: Conn, aid: int, at_ms: int) -> Snap | None:
     row = _first(
         conn,
         "SELECT at_ms, views FROM tracker_snapshots WHERE aid = ? AND at_ms <= ?"
@@ -362,7 +362,7 @@ def snapshot_at_or_before(conn: apsw.Connection, aid: int, at_ms: int) -> Snap |
     return None if row is None else Snap(row[0], row[1])
 
 
-def snapshot_after(conn: apsw.Connection, aid: int, at_ms: int) -> Snap | None:
+def snapshot_after(conn: Conn, aid: int, at_ms: int) -> Snap | None:
     row = _first(
         conn,
         "SELECT at_ms, views FROM tracker_snapshots WHERE aid = ? AND at_ms > ?"
@@ -372,13 +372,13 @@ def snapshot_after(conn: apsw.Connection, aid: int, at_ms: int) -> Snap | None:
     return None if row is None else Snap(row[0], row[1])
 
 
-def nearest_snapshot(conn: apsw.Connection, aid: int, at_ms: int) -> Snap | None:
+def nearest_snapshot(conn: Conn, aid: int, at_ms: int) -> Snap | None:
     return rules.nearest(
         at_ms, snapshot_at_or_before(conn, aid, at_ms), snapshot_after(conn, aid, at_ms)
     )
 
 
-def eta_of(conn: apsw.Connection, aid: int, now_ms: int) -> rules.Eta | None:
+def eta_of(conn: Conn, aid: int, now_ms: int) -> rules.Eta | None:
     """The short-term ETA from the snapshots nearest each look-back (None: no snapshot)."""
     last = latest(conn, aid)
     if last is None:
@@ -387,9 +387,7 @@ def eta_of(conn: apsw.Connection, aid: int, now_ms: int) -> rules.Eta | None:
     return rules.short_term_eta(last, snaps)
 
 
-def regular_interval_hours(
-    conn: apsw.Connection, aid: int, now_ms: int, last: Snap | None = None
-) -> float:
+def regular_interval_hours(conn: Conn, aid: int, now_ms: int, last: Snap | None = None) -> float:
     """The regular interval of `aid` from its snapshots (`last`: its latest, if known)."""
     cut = now_ms - rules.REGULAR_LOOKBACK_MS
     base = rules.regular_base(snapshot_at_or_before(conn, aid, cut), snapshot_after(conn, aid, cut))
@@ -397,7 +395,7 @@ def regular_interval_hours(
 
 
 def upsert_eta(
-    conn: apsw.Connection, aid: int, eta_hours: float, speed: float, views: int, now_ms: int
+    conn: Conn, aid: int, eta_hours: float, speed: float, views: int, now_ms: int
 ) -> None:
     conn.execute(_ETA_UPSERT, (aid, min(eta_hours, 1e300), speed, views, now_ms))
 
@@ -414,7 +412,7 @@ def _in(count: int) -> str:
 
 
 def complete_bulk(
-    conn: apsw.Connection,
+    conn: Conn,
     group: Sequence[Due],
     stats: Mapping[int, Stat],
     at_ms: int,
@@ -487,7 +485,7 @@ def complete_bulk(
 
 
 def _chain_normal(
-    conn: apsw.Connection,
+    conn: Conn,
     chain: Sequence[tuple[int, Snap]],
     now_ms: int,
     *,
@@ -552,7 +550,7 @@ def _chain_normal(
 
 
 def snapshots(
-    conn: apsw.Connection, aid: int, since_ms: int, until_ms: int, limit: int
+    conn: Conn, aid: int, since_ms: int, until_ms: int, limit: int
 ) -> list[tuple[int, ...]]:
     """(at_ms, views, danmakus, replies, likes, coins, shares, favorites), oldest first, in
     [since_ms, until_ms]; up to `limit`."""
@@ -565,14 +563,14 @@ def snapshots(
     return rows
 
 
-def count_snapshots(conn: apsw.Connection) -> int:
+def count_snapshots(conn: Conn) -> int:
     return int(one(conn, "SELECT count(*) FROM tracker_snapshots")[0])
 
 
 # ---- milestone candidates -----------------------------------------------------------------------
 
 
-def milestone_candidates(conn: apsw.Connection) -> list[int]:
+def milestone_candidates(conn: Conn) -> list[int]:
     """Aids near a milestone (rules.is_milestone_candidate), status 0 only."""
     song_ranges = " OR ".join(
         f"(l.views >= {low}" + ("" if high is None else f" AND l.views < {high}") + ")"
@@ -601,7 +599,7 @@ def milestone_candidates(conn: apsw.Connection) -> list[int]:
     return [a for a in aids if a not in gone]
 
 
-def closest_to_milestone(conn: apsw.Connection, limit: int) -> list[dict[str, Any]]:
+def closest_to_milestone(conn: Conn, limit: int) -> list[dict[str, Any]]:
     """Songs with their views and ETA, soonest first (songs without a finite ETA last, by how
     few views they lack)."""
     rows = _all(
@@ -640,7 +638,7 @@ def closest_to_milestone(conn: apsw.Connection, limit: int) -> list[dict[str, An
 # ---- videos, users, ingest ------------------------------------------------------------------
 
 
-def known_aids(conn: apsw.Connection, aids: Iterable[int]) -> set[int]:
+def known_aids(conn: Conn, aids: Iterable[int]) -> set[int]:
     """The aids among `aids` already stored or waiting for ingest."""
     known = set()
     for aid in set(aids):
@@ -654,9 +652,7 @@ def known_aids(conn: apsw.Connection, aids: Iterable[int]) -> set[int]:
     return known
 
 
-def enqueue_ingest(
-    conn: apsw.Connection, aids: Sequence[int], source: str, now_ms: int
-) -> list[int]:
+def enqueue_ingest(conn: Conn, aids: Sequence[int], source: str, now_ms: int) -> list[int]:
     """Queue unseen aids for ingest; returns the ones queued."""
     known = known_aids(conn, aids)
     queued = []
@@ -671,7 +667,7 @@ def enqueue_ingest(
     return queued
 
 
-def due_ingest(conn: apsw.Connection, now_ms: int, limit: int) -> list[tuple[int, int]]:
+def due_ingest(conn: Conn, now_ms: int, limit: int) -> list[tuple[int, int]]:
     """(aid, attempts so far) of queued ingests due now, oldest first."""
     rows = _all(
         conn,
@@ -681,12 +677,12 @@ def due_ingest(conn: apsw.Connection, now_ms: int, limit: int) -> list[tuple[int
     return [(a, n) for a, n in rows]
 
 
-def next_ingest_ms(conn: apsw.Connection) -> int | None:
+def next_ingest_ms(conn: Conn) -> int | None:
     row = _first(conn, "SELECT min(next_ms) FROM tracker_ingest")
     return None if row is None else row[0]
 
 
-def ingest_failed(conn: apsw.Connection, aid: int, error: str, retry_at_ms: int | None) -> None:
+def ingest_failed(conn: Conn, aid: int, error: str, retry_at_ms: int | None) -> None:
     """Count a failed ingest; retry at `retry_at_ms`, or drop the aid (None)."""
     if retry_at_ms is None:
         conn.execute("DELETE FROM tracker_ingest WHERE aid = ?", (aid,))
@@ -698,12 +694,12 @@ def ingest_failed(conn: apsw.Connection, aid: int, error: str, retry_at_ms: int 
     )
 
 
-def delay_ingest(conn: apsw.Connection, aid: int, at_ms: int) -> None:
+def delay_ingest(conn: Conn, aid: int, at_ms: int) -> None:
     """Try again at `at_ms` without counting an attempt (no proxy was free)."""
     conn.execute("UPDATE tracker_ingest SET next_ms = ? WHERE aid = ?", (at_ms, aid))
 
 
-def store_video(conn: apsw.Connection, detail: VideoDetail, at_ms: int, now_ms: int) -> None:
+def store_video(conn: Conn, detail: VideoDetail, at_ms: int, now_ms: int) -> None:
     """Ingest: the metadata, the uploader (upserted by uid) and the first snapshot (taken at
     `at_ms`, the server time of the answer); the aid leaves the ingest queue."""
     conn.execute(
@@ -738,7 +734,7 @@ def store_video(conn: apsw.Connection, detail: VideoDetail, at_ms: int, now_ms: 
     conn.execute("DELETE FROM tracker_ingest WHERE aid = ?", (detail.aid,))
 
 
-def store_gone_video(conn: apsw.Connection, aid: int, code: int, now_ms: int) -> None:
+def store_gone_video(conn: Conn, aid: int, code: int, now_ms: int) -> None:
     """Ingest answered with an error code: remember the aid with that status (seen, not
     tracked) and take it off the ingest queue."""
     conn.execute(
@@ -749,16 +745,16 @@ def store_gone_video(conn: apsw.Connection, aid: int, code: int, now_ms: int) ->
     conn.execute("DELETE FROM tracker_ingest WHERE aid = ?", (aid,))
 
 
-def set_video_status(conn: apsw.Connection, aid: int, code: int) -> None:
+def set_video_status(conn: Conn, aid: int, code: int) -> None:
     conn.execute("UPDATE tracker_videos SET status = ? WHERE aid = ?", (code, aid))
 
 
-def video_status(conn: apsw.Connection, aid: int) -> int | None:
+def video_status(conn: Conn, aid: int) -> int | None:
     row = _first(conn, "SELECT status FROM tracker_videos WHERE aid = ?", (aid,))
     return None if row is None else row[0]
 
 
-def statuses(conn: apsw.Connection, aids: Iterable[int]) -> dict[int, int]:
+def statuses(conn: Conn, aids: Iterable[int]) -> dict[int, int]:
     found = {}
     for aid in set(aids):
         row = _first(conn, "SELECT status FROM tracker_videos WHERE aid = ?", (aid,))
@@ -767,7 +763,7 @@ def statuses(conn: apsw.Connection, aids: Iterable[int]) -> dict[int, int]:
     return found
 
 
-def published_ms(conn: apsw.Connection, aid: int) -> int | None:
+def published_ms(conn: Conn, aid: int) -> int | None:
     row = _first(conn, "SELECT published_ms FROM tracker_videos WHERE aid = ?", (aid,))
     return None if row is None else row[0]
 
@@ -780,7 +776,7 @@ class VideoText:
     tags: list[str]
 
 
-def unlabelled(conn: apsw.Connection, after_aid: int, limit: int) -> list[VideoText]:
+def unlabelled(conn: Conn, after_aid: int, limit: int) -> list[VideoText]:
     """Ingested videos (status 0) without a label of any model version, by aid."""
     rows = _all(
         conn,
@@ -793,7 +789,7 @@ def unlabelled(conn: apsw.Connection, after_aid: int, limit: int) -> list[VideoT
     return [VideoText(a, t or "", d or "", _decode_list(tags or "[]")) for a, t, d, tags in rows]
 
 
-def video_text(conn: apsw.Connection, aid: int) -> VideoText | None:
+def video_text(conn: Conn, aid: int) -> VideoText | None:
     row = _first(
         conn,
         "SELECT title, description, tags FROM tracker_videos WHERE aid = ? AND title IS NOT NULL",
@@ -805,7 +801,7 @@ def video_text(conn: apsw.Connection, aid: int) -> VideoText | None:
 
 
 def store_label(
-    conn: apsw.Connection,
+    conn: Conn,
     aid: int,
     label: int,
     probabilities: Sequence[float],
@@ -828,11 +824,11 @@ def store_label(
     return conn.changes() == 1
 
 
-def is_song(conn: apsw.Connection, aid: int) -> bool:
+def is_song(conn: Conn, aid: int) -> bool:
     return _first(conn, "SELECT 1 FROM tracker_songs WHERE aid = ?", (aid,)) is not None
 
 
-def video_info(conn: apsw.Connection, aid: int) -> dict[str, Any] | None:
+def video_info(conn: Conn, aid: int) -> dict[str, Any] | None:
     """What `GET /tracker/videos/{aid}` shows, or None for an unknown aid."""
     row = _first(
         conn,
@@ -912,7 +908,7 @@ def video_info(conn: apsw.Connection, aid: int) -> dict[str, Any] | None:
     return info
 
 
-def totals(conn: apsw.Connection) -> dict[str, int]:
+def totals(conn: Conn) -> dict[str, int]:
     """Videos, songs and queued ingests (counted by their primary keys)."""
     (videos,) = one(conn, "SELECT count(*) FROM tracker_videos")
     (songs,) = one(conn, "SELECT count(*) FROM tracker_songs")

@@ -15,10 +15,10 @@ from daemon.store import (
     StoreClosed,
     StoreHealth,
     migrate,
-    migrations,
     one,
     open_store,
 )
+from daemon.store.migrations import shipped
 
 
 async def test_opens_in_wal_with_settings(tmp_path: Path) -> None:
@@ -34,7 +34,7 @@ async def test_opens_in_wal_with_settings(tmp_path: Path) -> None:
 
 
 async def test_migrations_apply_once_and_record_version(tmp_path: Path) -> None:
-    latest = migrations()[-1][0]
+    latest = shipped("sqlite")[-1][0]
     async with open_store(tmp_path / "db") as store:
         assert store.schema_version == latest
     conn = apsw.Connection(str(tmp_path / "db"))

@@ -100,12 +100,11 @@ async def start(path: Path, sock: NotifySocket) -> tuple[trio.Process, str]:
 
 async def read(db: Path, sql: str, *args: Any) -> list[Any]:
     store = Store(db, readers=1)
+    store.backend.open_readers()
     try:
         return await store.read(lambda c: c.execute(sql, args).fetchall())
     finally:
-        store._writer.close()
-        for conn in store._readers:
-            conn.close()
+        store.close()
 
 
 async def test_kill_during_bulk_tick_and_restart(

@@ -1,0 +1,8 @@
+# Errors of the store that both backends raise; kept apart so each backend module can name them
+# without importing the store (which imports the backends).
+from __future__ import annotations
+
+
+class StoreUnavailable(RuntimeError):
+    """The store cannot be opened: the message names the backend, where, and why (a server
+    that cannot be reached, a state dir another process holds, a schema newer than this crawld)."""
