@@ -4,6 +4,7 @@ import functools
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,33 @@ def pg_backend(dsn: str, schema: str, **kwargs: Any) -> PostgresBackend:
     return PostgresBackend(dsn, schema=schema, pool_size=3, **kwargs)
 
 
+@dataclass(frozen=True)
+class Deployment:
+    """The store a crawld process under test runs on: `toml` goes into its config file (a
+    `[store]` section, or nothing for the SQLite default) and `env` into its environment."""
+
+    kind: str
+    toml: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    schema: str | None = None
+
+    def target(self, state_dir: Path) -> Path | PostgresBackend:
+        """What open_store opens to read what the process left behind."""
+        if self.schema is None:
+            return state_dir / "crawld.db"
+        return pg_backend(self.env["CRAWLD_TEST_STORE_DSN"], self.schema)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def deployment(request: pytest.FixtureRequest) -> Deployment:
+    """Each kill -9 test runs once per backend."""
+    if request.param == "sqlite":
+        return Deployment("sqlite")
+    dsn, schema = request.getfixturevalue("pg_schema")
+    toml = f'[store]\nkind = "postgres"\ndsn_env = "CRAWLD_TEST_STORE_DSN"\nschema = "{schema}"\n'
+    return Deployment("postgres", toml, {"CRAWLD_TEST_STORE_DSN": dsn}, schema)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> Path | PostgresBackend:
     """What open_store opens, on each backend: a SQLite path, or a PostgreSQL backend on a
@@ -126,3 +154,21 @@ def notify_socket() -> Iterator[NotifySocket]:
         yield sock
     finally:
         sock.close()
+
+
+@pytest.fixture(autouse=True)
+def _daemons_on_postgres(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CRAWLD_TEST_STORE=postgres: every in-process daemon whose config names the SQLite default
+    runs on a PostgreSQL schema of the test's own instead (scripts/test runs the API and crawl
+    tests so, next to the whole suite on SQLite)."""
+    if os.environ.get("CRAWLD_TEST_STORE") != "postgres":
+        return
+    import daemon.app
+    from daemon.store import backend_for
+
+    def on_postgres(cfg: config.Config) -> Any:
+        if cfg.store.kind != "sqlite":
+            return backend_for(cfg)
+        return pg_backend(*request.getfixturevalue("pg_schema"))
+
+    monkeypatch.setattr(daemon.app, "backend_for", on_postgres)

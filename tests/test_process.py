@@ -125,3 +125,50 @@ def test_bad_config_exits_2_with_key_path(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2
     assert "$.store.synchronous" in proc.stderr and "bad.toml" in proc.stderr
+
+
+def test_a_second_process_on_one_state_dir_refuses_naming_the_first(
+    crawld_process: tuple[subprocess.Popen[str], Path], notify_socket: NotifySocket
+) -> None:
+    proc, path = crawld_process
+    while next_message(notify_socket, []).get("READY") != "1":
+        pass
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+    second = subprocess.run(
+        [sys.executable, "-m", "daemon", "run", "--config", str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert second.returncode == 1
+    assert f"in use by another crawld (pid {proc.pid})" in second.stderr
+    assert proc.poll() is None  # the first one goes on
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    # a killed holder leaves nothing stuck: the lock went with it
+    proc2 = subprocess.Popen(
+        [sys.executable, "-m", "daemon", "run", "--config", str(path)],
+        env={**env, "NOTIFY_SOCKET": notify_socket.address},
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        while next_message(notify_socket, []).get("READY") != "1":
+            pass
+        proc2.kill()
+        proc2.wait(timeout=30)
+        third = subprocess.Popen(
+            [sys.executable, "-m", "daemon", "run", "--config", str(path)],
+            env={**env, "NOTIFY_SOCKET": notify_socket.address},
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            while next_message(notify_socket, []).get("READY") != "1":
+                pass
+        finally:
+            third.send_signal(signal.SIGTERM)
+            third.wait(timeout=30)
+    finally:
+        if proc2.poll() is None:
+            proc2.kill()
+            proc2.wait(timeout=30)

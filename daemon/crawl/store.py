@@ -57,7 +57,8 @@ def running_jobs(conn: Conn, kind: str | None = None) -> list[CrawlJobRow]:
     rows: list[Any] = conn.execute(
         "SELECT c.job_id, c.kind, c.url, c.plan, c.kicked_off, j.created_ms"
         " FROM crawl_jobs c JOIN jobs j ON j.id = c.job_id"
-        " WHERE j.status = 'scraping' AND (?1 IS NULL OR c.kind = ?1) ORDER BY j.created_ms",
+        " WHERE j.status = 'scraping' AND (CAST(?1 AS TEXT) IS NULL OR c.kind = ?1)"
+        " ORDER BY j.created_ms",
         (kind,),
     ).fetchall()
     return [_job_row(r) for r in rows]

@@ -128,6 +128,8 @@ class Backend(Protocol):
     location: str
     readers: int
     storage_errors: tuple[type[BaseException], ...]
+    probe_every: float | None
+    """Seconds between no-op writes that check the connection (None: never, a local file)."""
 
     def connect(self) -> Any: ...
     def open_readers(self) -> None: ...
@@ -340,10 +342,24 @@ class Store:
             return
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._flush_loop)
+            if self.backend.probe_every is not None:
+                nursery.start_soon(self._probe_loop, self.backend.probe_every)
             try:
                 await trio.to_thread.run_sync(self._writer_loop, limiter=self._writer_limiter)
             finally:
                 nursery.cancel_scope.cancel()
+
+    async def _probe_loop(self, every: float) -> None:
+        """A server can go away while nothing writes: a no-op write now and then finds out
+        (health turns degraded, the writer starts reconnecting) before a caller has to."""
+        while True:
+            await trio.sleep(every)
+            try:
+                await self.write(_probe)
+            except StoreClosed:
+                return
+            except Exception as exc:
+                log.debug("store probe failed", backend=self.backend.name, error=str(exc))
 
     def stop_writer(self) -> None:
         """Refuse new writes (StoreClosed) and let the writer finish the queued ones and stop."""
@@ -603,6 +619,10 @@ class Store:
     def close(self) -> None:
         self._closed = True
         self.backend.close(self._writer)
+
+
+def _probe(conn: Any) -> None:
+    conn.execute("SELECT 1").fetchall()
 
 
 def _run_job(job: _WriteJob, conn: Any) -> None:

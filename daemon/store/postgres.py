@@ -216,6 +216,7 @@ class PostgresBackend:
 
     name = "postgres"
     storage_errors = STORAGE_ERRORS
+    probe_every: float | None = 2.0
     errors: tuple[type[BaseException], ...] = (psycopg.Error, psycopg_pool.PoolTimeout)
 
     def __init__(

@@ -84,6 +84,7 @@ class SqliteBackend:
 
     name = "sqlite"
     storage_errors = STORAGE_ERRORS
+    probe_every: float | None = None
     errors: tuple[type[BaseException], ...] = (apsw.Error,)
 
     def __init__(

@@ -20,6 +20,7 @@ import trio
 
 from daemon.fakes.receiver import WebhookReceiver
 from daemon.fakes.site import SiteSim, serve_site
+from tests.conftest import Deployment
 
 pytestmark = pytest.mark.process
 
@@ -51,13 +52,14 @@ async def all_documents(client: httpx.AsyncClient, job_id: str) -> list[dict[str
 
 
 async def test_kill_9_mid_crawl_then_restart_completes_exactly_once(
-    tmp_path: Path, rx: WebhookReceiver, nursery: trio.Nursery
+    tmp_path: Path, rx: WebhookReceiver, nursery: trio.Nursery, deployment: Deployment
 ) -> None:
     site = SiteSim(pages=PAGES, paragraphs=1)
     await nursery.start(functools.partial(serve_site, site))
     port = free_port()
     config_file = tmp_path / "crawld.toml"
-    config_file.write_text(f"""
+    config_file.write_text(
+        f"""
 [daemon]
 state_dir = "state"
 [http]
@@ -71,9 +73,12 @@ allow_cidrs = ["127.0.0.0/8"]
 [crawl]
 allow_cidrs = ["127.0.0.0/8"]
 concurrency = {CONCURRENCY}
-""")
+"""
+        + deployment.toml
+    )
     env = {k: v for k, v in os.environ.items()
            if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "STATE_DIRECTORY")}  # fmt: skip
+    env.update(deployment.env)
     command = [sys.executable, "-m", "daemon", "run", "--config", str(config_file)]
     base = f"http://127.0.0.1:{port}"
     start = f"http://127.0.0.1:{site.port}/pages/0"

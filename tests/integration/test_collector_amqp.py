@@ -18,7 +18,7 @@ import trio
 from daemon import broker
 from daemon.app import Daemon
 from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
-from tests.conftest import serve_daemon
+from tests.conftest import Deployment, serve_daemon
 from tests.integration.conftest import RabbitCtl
 from tests.integration.test_broker import close_connections_named
 
@@ -170,7 +170,7 @@ def free_port() -> int:
 
 
 async def test_kill_9_between_publish_and_checkpoint(
-    setup: Setup, amqp_url: str, queue_name: str, tmp_path: Path
+    setup: Setup, amqp_url: str, queue_name: str, tmp_path: Path, deployment: Deployment
 ) -> None:
     """kill -9 while rows are being published: after a restart every kept row is in the queue,
     and duplicates are bounded by one confirm window."""
@@ -179,9 +179,10 @@ async def test_kill_9_between_publish_and_checkpoint(
     port = free_port()
     path.write_text(
         setup.config_text(amqp_url, queue_name, auto_start=True, window=100, http_port=port)
+        + deployment.toml
     )
     base = f"http://127.0.0.1:{port}"
-    env = dict(os.environ)
+    env = {**os.environ, **deployment.env}
 
     def spawn() -> subprocess.Popen[bytes]:
         return subprocess.Popen(

@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from daemon.fakes.receiver import WebhookReceiver
+from tests.conftest import Deployment
 from tests.jobs.conftest import SECRET, SECRET_ENV
 
 pytestmark = pytest.mark.process
@@ -40,15 +41,21 @@ async def poll(predicate: object, timeout: float) -> None:
 
 
 async def kill_then_restart(
-    tmp_path: Path, rx: WebhookReceiver, *, jobs: int, pages: int, kill_after: int
+    tmp_path: Path,
+    rx: WebhookReceiver,
+    deployment: Deployment,
+    *,
+    jobs: int,
+    pages: int,
+    kill_after: int,
 ) -> list[str]:
     """Run crash_daemon producing `jobs` jobs of `pages` pages, kill -9 it once `kill_after`
     events arrived, restart it and wait for every event; returns the job ids."""
     events = jobs * (pages + 2)  # started, pages, completed
     config_file = tmp_path / "crawld.toml"
-    config_file.write_text(CONFIG)
+    config_file.write_text(CONFIG + deployment.toml)
     marker = tmp_path / "job"
-    env = {**os.environ, SECRET_ENV: SECRET}
+    env = {**os.environ, SECRET_ENV: SECRET, **deployment.env}
     for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "STATE_DIRECTORY"):
         env.pop(name, None)
     command = [
@@ -99,15 +106,15 @@ async def kill_then_restart(
 
 
 async def test_kill_9_mid_stream_then_restart_delivers_everything(
-    tmp_path: Path, rx: WebhookReceiver
+    tmp_path: Path, rx: WebhookReceiver, deployment: Deployment
 ) -> None:
-    await kill_then_restart(tmp_path, rx, jobs=1, pages=300, kill_after=40)
+    await kill_then_restart(tmp_path, rx, deployment, jobs=1, pages=300, kill_after=40)
     assert len(rx.duplicates) <= 1, rx.duplicates
 
 
 async def test_kill_9_with_many_jobs_repeats_at_most_one_event_per_job(
-    tmp_path: Path, rx: WebhookReceiver
+    tmp_path: Path, rx: WebhookReceiver, deployment: Deployment
 ) -> None:
     # Eight drainers at once (per_host_concurrency 8), their acks sharing the store's commits.
-    ids = await kill_then_restart(tmp_path, rx, jobs=8, pages=40, kill_after=80)
+    ids = await kill_then_restart(tmp_path, rx, deployment, jobs=8, pages=40, kill_after=80)
     assert len(rx.duplicates) <= len(ids), rx.duplicates

@@ -19,8 +19,9 @@ import trio
 from daemon.config_types import Duration
 from daemon.fakes.bilibili import BilibiliSim, Curve, serve_sim
 from daemon.store import Store, open_store
+from daemon.store.postgres import PostgresBackend
 from daemon.tracker.config import Limit
-from tests.conftest import NotifySocket
+from tests.conftest import Deployment, NotifySocket
 
 pytestmark = pytest.mark.process
 
@@ -45,7 +46,7 @@ bulk_limits = [{{ requests = 20, per = "1s" }}]
 """
 
 
-async def seed(db: Path, sim: BilibiliSim, now: int) -> list[int]:
+async def seed(db: Path | PostgresBackend, sim: BilibiliSim, now: int) -> list[int]:
     """Songs with one snapshot an hour old and a normal schedule due in the next seconds (what
     the regular dispatcher would have left), the same videos in the simulator."""
     aids = [sim.add_video(aid=500_000 + i, song=True, published_ms=now - 48 * HOUR,
@@ -82,8 +83,10 @@ async def seed(db: Path, sim: BilibiliSim, now: int) -> list[int]:
     return aids
 
 
-async def start(path: Path, sock: NotifySocket) -> tuple[trio.Process, str]:
-    env = {**os.environ, "NOTIFY_SOCKET": sock.address}
+async def start(
+    path: Path, sock: NotifySocket, extra_env: dict[str, str]
+) -> tuple[trio.Process, str]:
+    env = {**os.environ, "NOTIFY_SOCKET": sock.address, **extra_env}
     env.pop("WATCHDOG_USEC", None)
     proc = await trio.lowlevel.open_process(
         [sys.executable, "-m", "daemon", "run", "--config", str(path)],
@@ -98,7 +101,7 @@ async def start(path: Path, sock: NotifySocket) -> tuple[trio.Process, str]:
             return proc, f"http://{match.group(1)}:{match.group(2)}"
 
 
-async def read(db: Path, sql: str, *args: Any) -> list[Any]:
+async def read(db: Path | PostgresBackend, sql: str, *args: Any) -> list[Any]:
     store = Store(db, readers=1)
     store.backend.open_readers()
     try:
@@ -108,7 +111,7 @@ async def read(db: Path, sql: str, *args: Any) -> list[Any]:
 
 
 async def test_kill_during_bulk_tick_and_restart(
-    tmp_path: Path, notify_socket: NotifySocket
+    tmp_path: Path, notify_socket: NotifySocket, deployment: Deployment
 ) -> None:
     sim = BilibiliSim(
         seed=1,
@@ -117,8 +120,8 @@ async def test_kill_during_bulk_tick_and_restart(
         latency_ms=(50, 150),
     )
     now = int(time.time() * 1000)
-    db = tmp_path / "state" / "crawld.db"
-    db.parent.mkdir()
+    (tmp_path / "state").mkdir()
+    db = deployment.target(tmp_path / "state")
     aids = await seed(db, sim, now)
     path = tmp_path / "crawld.toml"
     async with trio.open_nursery() as nursery:
@@ -126,9 +129,9 @@ async def test_kill_during_bulk_tick_and_restart(
         host, port = await nursery.start(
             functools.partial(serve_sim, sim, "127.0.0.1:0", shutdown=shutdown)
         )
-        path.write_text(CONFIG.format(base=f"http://{host}:{port}"))
+        path.write_text(CONFIG.format(base=f"http://{host}:{port}") + deployment.toml)
 
-        proc, _ = await start(path, notify_socket)
+        proc, _ = await start(path, notify_socket, deployment.env)
         try:
             with trio.fail_after(20):
                 while sim.requests["bulk"] < 3:  # the bulk tick has claimed its rows
@@ -142,7 +145,7 @@ async def test_kill_during_bulk_tick_and_restart(
         )
         assert processing[0][0] > 0  # killed with schedules in flight
 
-        proc, base = await start(path, notify_socket)
+        proc, base = await start(path, notify_socket, deployment.env)
         try:
             with trio.fail_after(30):
                 while True:

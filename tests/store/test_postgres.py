@@ -1,0 +1,280 @@
+"""What only the PostgreSQL backend does: migrations under an advisory lock, schema versions,
+start-up errors, and riding out a lost connection or a restarted server with nothing lost."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import trio
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from daemon.store import DB_ERRORS, Store, StoreUnavailable, one, open_store
+from daemon.store.migrations import shipped
+from daemon.store.postgres import PostgresBackend, connect, inspect, migrate
+from tests.conftest import pg_backend, require_pg
+from tests.tcp_proxy import TcpProxy
+
+pytestmark = pytest.mark.postgres
+LATEST = shipped("postgres")[-1][0]
+
+
+def test_instances_starting_together_migrate_once(pg_schema: tuple[str, str]) -> None:
+    dsn, schema = pg_schema
+
+    def start() -> int:
+        conn = connect(dsn, schema)
+        try:
+            return migrate(conn, schema)
+        finally:
+            conn.close()
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        versions = list(pool.map(lambda _: start(), range(4)))
+    assert versions == [LATEST] * 4
+    with psycopg.connect(dsn) as conn:
+        tables = conn.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_schema = %s", (schema,)
+        ).fetchone()
+        assert tables is not None and tables[0] > 20
+
+
+async def test_a_newer_schema_refuses_this_crawld(pg_schema: tuple[str, str]) -> None:
+    dsn, schema = pg_schema
+    async with open_store(pg_backend(dsn, schema)) as store:
+        assert store.schema_version == LATEST
+        await store.write(lambda c: c.execute("UPDATE crawld_schema SET version = 999"))
+    with pytest.raises(StoreUnavailable, match=r"postgres: schema .* version 999, newer"):
+        async with open_store(pg_backend(dsn, schema)):
+            pass
+
+
+def test_unreachable_server_names_host_and_reason() -> None:
+    with pytest.raises(StoreUnavailable, match=r"postgres: cannot connect to 127\.0\.0\.1:9/x"):
+        PostgresBackend("postgresql://u@127.0.0.1:9/x", connect_timeout=1).connect()
+
+
+def test_inspect_reports_server_and_schema(pg_schema: tuple[str, str]) -> None:
+    dsn, schema = pg_schema
+    info = inspect(dsn, schema)
+    assert info.schema_version is None and info.can_create
+    assert info.server_version and info.latest == LATEST
+    conn = connect(dsn, schema)
+    migrate(conn, schema)
+    conn.close()
+    assert inspect(dsn, schema).schema_version == LATEST
+
+
+def test_values_come_back_as_sqlite_gives_them(pg_schema: tuple[str, str]) -> None:
+    dsn, schema = pg_schema
+    backend = pg_backend(dsn, schema)
+    conn = backend.connect()
+    try:
+        migrate(conn.raw, schema)
+        row = one(conn, "SELECT ? + ?, sum(x), avg(x), 7 / 2, ?, ? FROM (VALUES (1), (2)) v(x)",
+                  (30000, 30000, True, "ab\\nc"))  # fmt: skip
+        assert row == (60000, 3, 1.5, 3, 1, "ab\\nc")
+        assert type(row[1]) is int and type(row[2]) is float
+    finally:
+        conn.raw.close()
+
+
+def _dsn_via(port: int) -> str:
+    return make_conninfo(require_pg(), host="127.0.0.1", port=str(port))
+
+
+async def _wait_for(predicate: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        await trio.sleep(0.02)
+
+
+async def _write_through_an_outage(
+    store: Store, outage: Any, acked: list[int], total: int = 300, break_at: int = 100
+) -> None:
+    """Insert 0..total-1, one write each, appending each acknowledged value to `acked`;
+    `outage()` runs once `break_at` are acknowledged. A write whose COMMIT answer was lost
+    raises: it is written again (idempotently), as areas do."""
+    await store.write(
+        lambda c: c.execute("CREATE TABLE IF NOT EXISTS t(x BIGINT PRIMARY KEY, at_ms BIGINT)")
+    )
+
+    async def writer(nursery: trio.Nursery) -> None:
+        for i in range(total):
+            while True:
+                try:
+                    await store.write(
+                        lambda c, i=i: c.execute(
+                            "INSERT INTO t VALUES (?, ?) ON CONFLICT DO NOTHING", (i, 0)
+                        )
+                    )
+                    break
+                except DB_ERRORS:
+                    await trio.sleep(0.05)
+            acked.append(i)
+            if len(acked) == break_at:
+                nursery.start_soon(outage)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(writer, nursery)
+
+
+async def test_a_cut_connection_degrades_then_recovers_with_nothing_lost(
+    pg_schema: tuple[str, str],
+) -> None:
+    dsn, schema = pg_schema
+    target = conninfo_to_dict(dsn)
+    proxy = TcpProxy(str(target.get("host") or "127.0.0.1"), int(target.get("port") or 5432))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.run)
+        backend = PostgresBackend(_dsn_via(proxy.port), schema=schema, pool_size=3)
+        backend.probe_every = 0.1
+        seen: dict[str, Any] = {}
+        acked: list[int] = []
+        async with open_store(backend) as store:
+
+            async def outage() -> None:
+                proxy.cut()
+                await _wait_for(lambda: not store.health().writable)
+                seen["health"] = store.health()
+                before = len(acked)
+                await trio.sleep(0.5)
+                seen["acked during the outage"] = len(acked) - before
+                proxy.resume()
+
+            await _write_through_an_outage(store, outage, acked)
+            await _wait_for(lambda: store.health().writable)
+            rows = await store.read(lambda c: [r[0] for r in c.execute("SELECT x FROM t")])
+        nursery.cancel_scope.cancel()
+    assert sorted(rows) == list(range(300)) == sorted(acked)
+    assert seen["health"].writable is False and "OperationalError" in seen["health"].reason
+    assert seen["acked during the outage"] <= 1  # at most the write in flight when it was cut
+    assert proxy.connections > 3  # the writer and the readers reconnected
+
+
+def _pg_bindir() -> Path:
+    out = shutil.which("pg_config")
+    if out:
+        found = subprocess.run([out, "--bindir"], capture_output=True, text=True).stdout.strip()
+        if (Path(found) / "initdb").exists():
+            return Path(found)
+    for candidate in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+        if (candidate / "initdb").exists():
+            return candidate
+    message = "initdb is not installed (apt-get install postgresql)"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+class PrivateServer:
+    """A PostgreSQL server of the test's own (initdb in tmp), so it can be restarted."""
+
+    def __init__(self, root: Path) -> None:
+        self.bindir = _pg_bindir()
+        self.data = root / "pgdata"
+        self.port = _free_port()
+        self.as_user: list[str] = []
+        if os.geteuid() == 0:  # the server refuses to run as root
+            self.as_user = ["runuser", "-u", "postgres", "--"]
+            root.chmod(0o777)
+        self.data.mkdir()
+        if self.as_user:
+            shutil.chown(self.data, "postgres")
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8")
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, tool: str, *args: str) -> None:
+        subprocess.run(
+            [*self.as_user, str(self.bindir / tool), *args],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=60,
+        )
+
+    def pg_ctl(self, action: str) -> None:
+        options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=off"
+        log = str(self.data.parent / "server.log")
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-l", log, "-o", options, "-w", "-m", "fast", action
+        )
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def private_server() -> Iterator[PrivateServer]:
+    require_pg()
+    # Not under tmp_path: pytest's folders are private to root, and the server runs as postgres.
+    root = Path(tempfile.mkdtemp(prefix="crawld-test-pg-"))
+    try:
+        server = PrivateServer(root)
+        server.pg_ctl("start")
+        try:
+            yield server
+        finally:
+            subprocess.run(
+                [*server.as_user, str(server.bindir / "pg_ctl"), "-D", str(server.data), "-m",
+                 "immediate", "stop"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                timeout=60,
+            )  # fmt: skip
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_a_restarted_server_loses_nothing(private_server: PrivateServer) -> None:
+    backend = PostgresBackend(private_server.dsn, schema="crawld", pool_size=3)
+    backend.probe_every = 0.1
+    async with open_store(backend) as store:
+
+        async def outage() -> None:
+            await trio.to_thread.run_sync(private_server.pg_ctl, "restart")
+
+        acked: list[int] = []
+        await _write_through_an_outage(store, outage, acked, total=400, break_at=100)
+        rows = await store.read(lambda c: [r[0] for r in c.execute("SELECT x FROM t")])
+        await _wait_for(lambda: store.health().writable)
+    assert sorted(rows) == list(range(400)) == sorted(acked)
+
+
+def test_crawld_run_exits_naming_the_unreachable_server(tmp_path: Path) -> None:
+    cfg = tmp_path / "crawld.toml"
+    cfg.write_text(
+        '[daemon]\nstate_dir = "state"\n[http]\nbind = "127.0.0.1:0"\n'
+        '[store]\nkind = "postgres"\ndsn_env = "CRAWLD_TEST_DSN"\nconnect_timeout = "1s"\n'
+    )
+    env = dict(os.environ, CRAWLD_TEST_DSN="postgresql://crawld:secret@127.0.0.1:9/crawld")
+    proc = subprocess.run(
+        [sys.executable, "-m", "daemon", "run", "--config", str(cfg)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "postgres: cannot connect to 127.0.0.1:9/crawld" in proc.stderr
+    assert "secret" not in proc.stderr + proc.stdout
