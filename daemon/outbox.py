@@ -108,6 +108,13 @@ _SELECT_ITEMS = (
 )
 
 
+def lock_stream(conn: Conn, stream: str) -> None:
+    """Take the stream's row lock for the rest of the transaction: on PostgreSQL two takers (two
+    instances, two writers) then read after the cursor one after the other, never the same
+    items. SQLite has one writer, so this costs one no-op update there."""
+    conn.execute("UPDATE outbox_streams SET ack_cursor = ack_cursor WHERE stream = ?", (stream,))
+
+
 def read_after_cursor(conn: Conn, stream: str, limit: int) -> list[Item]:
     rows: list[Any] = conn.execute(
         _SELECT_ITEMS + " WHERE i.stream = ? AND i.seq > s.ack_cursor ORDER BY i.seq LIMIT ?",
@@ -293,6 +300,7 @@ class Outbox:
             taken: list[Item] = []
             expired = 0
             upto = 0
+            lock_stream(conn, stream)
             while len(taken) < count:
                 batch = read_after_cursor(conn, stream, count - len(taken))
                 if not batch:

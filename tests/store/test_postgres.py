@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -278,3 +279,105 @@ def test_crawld_run_exits_naming_the_unreachable_server(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "postgres: cannot connect to 127.0.0.1:9/crawld" in proc.stderr
     assert "secret" not in proc.stderr + proc.stdout
+
+
+async def test_two_writers_taking_from_one_queue_never_share_a_message(
+    pg_schema: tuple[str, str],
+) -> None:
+    """Two crawld processes on one schema (two writer connections): every message is taken
+    once, none is lost."""
+    from daemon.outbox import NewItem, Outbox
+
+    dsn, schema = pg_schema
+    async with open_store(pg_backend(dsn, schema)) as a, open_store(pg_backend(dsn, schema)) as b:
+        keys = [f"m{i}" for i in range(2000)]
+        for start in range(0, len(keys), 500):
+            await Outbox(a).append(
+                "queue:q", [NewItem(key=k, body=k.encode()) for k in keys[start : start + 500]]
+            )
+        taken: list[str] = []
+
+        async def consumer(store: Store) -> None:
+            outbox = Outbox(store)
+            while True:
+                got, _ = await outbox.take("queue:q", 7)
+                if not got:
+                    return
+                taken.extend(item.key for item in got)
+
+        async with trio.open_nursery() as nursery:
+            for store in (a, b, a, b):
+                nursery.start_soon(consumer, store)
+    assert len(taken) == len(set(taken)) == 2000
+
+
+async def test_healthz_is_degraded_while_the_server_is_cut_off_then_ok(
+    pg_schema: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import httpx
+
+    from tests.conftest import serve_daemon
+
+    dsn, schema = pg_schema
+    target = conninfo_to_dict(dsn)
+    proxy = TcpProxy(str(target.get("host") or "127.0.0.1"), int(target.get("port") or 5432))
+    monkeypatch.setattr(PostgresBackend, "probe_every", 0.1)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.run)
+        monkeypatch.setenv("CRAWLD_TEST_HEALTH_DSN", _dsn_via(proxy.port))
+        path = tmp_path / "crawld.toml"
+        path.write_text(
+            '[daemon]\nstate_dir = "state"\n[http]\nbind = "127.0.0.1:0"\n[store]\n'
+            f'kind = "postgres"\ndsn_env = "CRAWLD_TEST_HEALTH_DSN"\nschema = "{schema}"\n'
+        )
+        daemon = await serve_daemon(nursery, path)
+        assert daemon.http_address is not None
+        base = "http://{}:{}".format(*daemon.http_address)
+        async with httpx.AsyncClient(base_url=base, trust_env=False) as http:
+            assert (await http.get("/healthz")).json() == {"status": "ok"}
+            status = (await http.get("/status")).json()["store"]
+            assert status["backend"] == "postgres" and f"schema {schema}" in status["path"]
+            assert "@" not in status["path"]
+            proxy.cut()
+            with trio.fail_after(20):
+                while (answer := await http.get("/healthz")).status_code != 503:
+                    await trio.sleep(0.05)
+            body = answer.json()
+            assert body["status"] == "degraded" and body["backend"] == "postgres"
+            assert "OperationalError" in body["reason"]
+            proxy.resume()
+            with trio.fail_after(30):
+                while (await http.get("/healthz")).status_code != 200:
+                    await trio.sleep(0.05)
+        daemon.request_stop()
+        await daemon.stopped.wait()
+        nursery.cancel_scope.cancel()
+
+
+def test_check_config_secrets_reports_the_server(
+    pg_schema: tuple[str, str], tmp_path: Path
+) -> None:
+    dsn, schema = pg_schema
+    path = tmp_path / "crawld.toml"
+    path.write_text(
+        f'[store]\nkind = "postgres"\ndsn_env = "TEST_CHECK_DSN"\nschema = "{schema}"\n'
+    )
+
+    def check(value: str | None) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if k != "TEST_CHECK_DSN"}
+        if value is not None:
+            env["TEST_CHECK_DSN"] = value
+        return subprocess.run(
+            [sys.executable, "-m", "daemon", "check-config", "--secrets", str(path)],
+            env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    ok = check(dsn)
+    assert ok.returncode == 0, ok.stderr
+    assert f"schema {schema} does not exist yet" in ok.stdout
+    assert re.search(r"store: postgres \d+", ok.stdout), ok.stdout
+    unset = check(None)
+    assert unset.returncode == 2 and "TEST_CHECK_DSN (named at `$.store.dsn_env`)" in unset.stderr
+    down = check("postgresql://x:hunter2@127.0.0.1:9/db?connect_timeout=1")
+    assert down.returncode == 2 and "postgres: cannot connect to 127.0.0.1:9/db" in down.stderr
+    assert "hunter2" not in down.stderr
