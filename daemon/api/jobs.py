@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 PAGE_BYTES = 10 * 1024 * 1024
 """A status page stops adding rows at about this much JSON (Firecrawl cuts at 10 MiB)."""
 DEFAULT_LIMIT = 100
-MAX_LIMIT = 1000
+MAX_LIMIT = 2**62
+"""Any positive `limit` is taken, as Firecrawl does: PAGE_BYTES is what bounds an answer."""
 
 
 class CrawlStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -131,7 +132,12 @@ def routes(manager: JobManager) -> list[ApiRoute]:
 
     page_params = [
         QueryParam("skip", "Rows to skip (from the `next` link)", "integer"),
-        QueryParam("limit", f"Most rows in this page (1..{MAX_LIMIT})", "integer"),
+        QueryParam(
+            "limit",
+            "Most rows in this page (any positive number; a page stops at about"
+            " 10 MiB of rows, `next` carries on)",
+            "integer",
+        ),
     ]
     return [
         ApiRoute("GET", "/v2/crawl/{id}", crawl_status,
