@@ -150,6 +150,10 @@ def _convert(raw: dict[str, Any], type_: type[T], problems: list[dict[str, Any]]
     try:
         return msgspec.convert(raw, type_)
     except msgspec.ValidationError as exc:
+        # msgspec ends its message with " - at `$.path`": that path names the field.
+        message, _, where = str(exc).rpartition(" - at `")
+        if message and where.endswith("`"):
+            raise BadRequest([*problems, _problem(where[:-1], message)]) from None
         raise BadRequest([*problems, _problem("$", str(exc))]) from None
 
 
