@@ -21,6 +21,11 @@ if TYPE_CHECKING:
 
 PAGE_BYTES = 10 * 1024 * 1024
 """A status page stops adding rows at about this much JSON (Firecrawl cuts at 10 MiB)."""
+ROBOTS_WARNING = (
+    "One or more pages were unable to be crawled because the robots.txt file prevented this."
+    " Please use the /scrape endpoint instead."
+)
+"""Firecrawl's `warning` on a finished crawl that had robots-blocked pages, in its words."""
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 2**62
 """Any positive `limit` is taken, as Firecrawl does: PAGE_BYTES is what bounds an answer."""
@@ -38,6 +43,7 @@ class CrawlStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
     data: list[Any]
     next: str | None = None
     """Absolute URL of the next page; present while more rows follow."""
+    warning: str | None = None
 
 
 class CrawlError(msgspec.Struct):
@@ -87,6 +93,9 @@ def routes(manager: JobManager) -> list[ApiRoute]:
         next_url = None
         if more:
             next_url = public_link(request, skip=skip + len(rows))
+        warning = None
+        if record.finished and await manager.has_error_code(job_id, ROBOTS_BLOCKED):
+            warning = ROBOTS_WARNING
         return json(
             CrawlStatus(
                 success=True,
@@ -99,6 +108,7 @@ def routes(manager: JobManager) -> list[ApiRoute]:
                 expiresAt=iso(record.expires_ms),
                 data=[msgspec.Raw(r) for r in rows],
                 next=next_url,
+                warning=warning,
             )
         )
 

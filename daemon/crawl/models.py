@@ -27,6 +27,13 @@ BROWSER_FORMATS = frozenset({"screenshot", "screenshot@fullPage", "actions", "br
 LLM_FORMATS = frozenset(
     {"json", "summary", "changeTracking", "query", "question", "highlights", "attributes"}
 )
+INTEGRATIONS = (
+    "dify", "zapier", "pipedream", "raycast", "langchain", "crewai", "llamaindex", "n8n",
+    "camelai", "make", "flowise", "metagpt", "relevanceai", "viasocket", "cli", "hermes",
+    "gstack", "prometheus",
+)  # fmt: skip
+"""Firecrawl's IntegrationEnum (apps/api/src/controllers/v2/types.ts); any other `integration`
+must start with `_`, as Firecrawl's schema says."""
 
 
 class BadRequest(Exception):
@@ -157,6 +164,28 @@ def _convert(raw: dict[str, Any], type_: type[T], problems: list[dict[str, Any]]
         raise BadRequest([*problems, _problem("$", str(exc))]) from None
 
 
+def _client_fields(raw: dict[str, Any], path: str) -> list[dict[str, Any]]:
+    """`origin` (any string, the SDKs send `python-sdk@4.55.0`) and `integration` (Firecrawl's
+    list, or a name starting with `_`) of a request object."""
+    problems = []
+    origin = raw.get("origin")
+    if origin is not None and not isinstance(origin, str):
+        problems.append(_problem(f"{path}.origin", "must be a string"))
+    integration = raw.get("integration")
+    if integration is not None and not (
+        isinstance(integration, str)
+        and (integration.startswith("_") or integration in INTEGRATIONS)
+    ):
+        expected = " | ".join(f"'{v}'" for v in INTEGRATIONS)
+        problems.append(
+            _problem(
+                f"{path}.integration",
+                f"Invalid enum value. Expected {expected}, or a name starting with '_'",
+            )
+        )
+    return problems
+
+
 def _check_url(url: str, path: str) -> list[dict[str, Any]]:
     if len(url) > MAX_URL_LENGTH:
         return [_problem(path, f"longer than {MAX_URL_LENGTH} characters")]
@@ -193,6 +222,8 @@ def check_scrape_options(options: ScrapeOptions, path: str) -> tuple[list[dict[s
         problems.append(_problem(f"{path}.timeout", "milliseconds between 1000 and 300000"))
     if not 0 <= options.waitFor <= 60_000:
         problems.append(_problem(f"{path}.waitFor", "milliseconds between 0 and 60000"))
+    elif options.waitFor and options.timeout and options.waitFor > options.timeout / 2:
+        problems.append(_problem(f"{path}.waitFor", "waitFor must not exceed half of timeout"))
     for field in ("includeTags", "excludeTags"):
         if len(getattr(options, field)) > 100:
             problems.append(_problem(f"{path}.{field}", "at most 100 selectors"))
@@ -227,7 +258,7 @@ class ScrapeRequest(msgspec.Struct, kw_only=True):
 
 def parse_scrape(body: bytes) -> ScrapeRequest:
     raw = _object(body)
-    problems = _unknown(raw, _SCRAPE_KEYS | _SCRAPE_TOP, "$")
+    problems = _unknown(raw, _SCRAPE_KEYS | _SCRAPE_TOP, "$") + _client_fields(raw, "$")
     url = raw.pop("url", None)
     if not isinstance(url, str):
         problems.append(_problem("$.url", "required string"))
@@ -258,9 +289,11 @@ class CrawlPlan(msgspec.Struct, kw_only=True):
 def parse_crawl(body: bytes, *, default_limit: int) -> CrawlPlan:
     raw = _object(body)
     problems = _unknown(raw, frozenset(CrawlRequest.__struct_fields__), "$")
+    problems += _client_fields(raw, "$")
     nested = raw.get("scrapeOptions")
     if isinstance(nested, dict):
         problems += _unknown(nested, _SCRAPE_KEYS, "$.scrapeOptions")
+        problems += _client_fields(nested, "$.scrapeOptions")
     if problems:
         raise BadRequest(problems)
     request = _convert(raw, CrawlRequest, problems)
@@ -335,7 +368,7 @@ class BatchPlan(msgspec.Struct, kw_only=True):
 
 def parse_batch(body: bytes) -> BatchPlan:
     raw = _object(body)
-    problems = _unknown(raw, _SCRAPE_KEYS | _BATCH_TOP, "$")
+    problems = _unknown(raw, _SCRAPE_KEYS | _BATCH_TOP, "$") + _client_fields(raw, "$")
     urls = raw.get("urls")
     if not isinstance(urls, list) or not urls or not all(isinstance(u, str) for u in urls):
         problems.append(_problem("$.urls", "a non-empty list of URL strings"))
@@ -390,6 +423,7 @@ def parse_batch(body: bytes) -> BatchPlan:
 def parse_map(body: bytes) -> MapRequest:
     raw = _object(body)
     problems = _unknown(raw, frozenset(MapRequest.__struct_fields__), "$")
+    problems += _client_fields(raw, "$")
     if problems:
         raise BadRequest(problems)
     request = _convert(raw, MapRequest, problems)
