@@ -489,3 +489,46 @@ class FirecrawlError(msgspec.Struct, kw_only=True, omit_defaults=True):
     code: str | None = None
     details: list[dict[str, Any]] | None = None
     detail: Any = None
+
+
+SELF_HOSTED_CREDITS = 99_999_999
+"""What Firecrawl's self-hosted server answers for remaining credits and tokens (its mock
+account when USE_DB_AUTHENTICATION is off): crawld counts no credits either."""
+
+
+class CreditUsageData(msgspec.Struct, kw_only=True):
+    remainingCredits: int
+
+
+class CreditUsage(msgspec.Struct, kw_only=True):
+    success: bool
+    data: CreditUsageData
+
+
+class TokenUsageData(msgspec.Struct, kw_only=True):
+    remainingTokens: int
+
+
+class TokenUsage(msgspec.Struct, kw_only=True):
+    success: bool
+    data: TokenUsageData
+
+
+class QueueStatus(msgspec.Struct, kw_only=True):
+    """Firecrawl's queue counts are of pages (each page is one of its scrape jobs); crawld adds
+    the crawl and batch jobs running and waiting for a `[crawl] max_running_jobs` slot."""
+
+    success: bool
+    jobsInQueue: int
+    activeJobsInQueue: int
+    waitingJobsInQueue: int
+    maxConcurrency: int
+    mostRecentSuccess: str | None
+    runningCrawls: int
+    waitingCrawls: int
+
+
+class ConcurrencyCheck(msgspec.Struct, kw_only=True):
+    success: bool
+    concurrency: int
+    maxConcurrency: int

@@ -7,6 +7,7 @@ import re
 
 import httpx
 import pytest
+import trio
 
 from daemon.fakes.site import SiteSim
 
@@ -121,3 +122,44 @@ async def test_a_finished_crawl_with_robots_blocked_pages_warns_in_firecrawls_wo
                                                   "sitemap": "skip"})).json()  # fmt: skip
     assert await wait_finished(client, clean["id"]) == "completed"
     assert "warning" not in (await client.get(f"/v2/crawl/{clean['id']}")).json()
+
+
+async def test_credit_and_token_usage_answer_as_a_self_hosted_firecrawl(
+    client: httpx.AsyncClient,
+) -> None:
+    credits = await client.get("/v2/team/credit-usage")
+    assert credits.json() == {"success": True, "data": {"remainingCredits": 99_999_999}}
+    tokens = await client.get("/v2/team/token-usage")
+    assert tokens.json() == {"success": True, "data": {"remainingTokens": 99_999_999}}
+
+
+async def test_queue_status_and_concurrency_count_real_pages_and_jobs(
+    client: httpx.AsyncClient, site: SiteSim
+) -> None:
+    idle = (await client.get("/v2/team/queue-status")).json()
+    assert idle == {"success": True, "jobsInQueue": 0, "activeJobsInQueue": 0,
+                    "waitingJobsInQueue": 0, "maxConcurrency": 8, "mostRecentSuccess": None,
+                    "runningCrawls": 0, "waitingCrawls": 0}  # fmt: skip
+    assert (await client.get("/v2/concurrency-check")).json() == {
+        "success": True, "concurrency": 0, "maxConcurrency": 8}  # fmt: skip
+    site.slow_seconds = 30
+    urls = [site.url(f"/slow?n={n}") for n in range(3)]
+    batch = (await client.post("/v2/batch/scrape", json={"urls": urls,
+                                                         "maxConcurrency": 1})).json()  # fmt: skip
+    with trio.fail_after(10):
+        while (queue := (await client.get("/v2/team/queue-status")).json())[
+            "activeJobsInQueue"
+        ] < 1:
+            await trio.sleep(0.01)
+    assert (queue["jobsInQueue"], queue["activeJobsInQueue"], queue["waitingJobsInQueue"]) == (
+        3, 1, 2)  # fmt: skip
+    assert (queue["runningCrawls"], queue["waitingCrawls"]) == (1, 0)
+    busy = (await client.get("/v2/concurrency-check")).json()
+    assert (busy["concurrency"], busy["maxConcurrency"]) == (1, 8)
+    await client.delete(f"/v2/batch/scrape/{batch['id']}")
+    assert await wait_finished(client, batch["id"], "batch") == "cancelled"
+    site.slow_seconds = 0
+    assert (await client.post("/v2/scrape", json={"url": site.url("/about")})).status_code == 200
+    done = (await client.get("/v2/team/queue-status")).json()
+    assert (done["jobsInQueue"], done["runningCrawls"]) == (0, 0)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", done["mostRecentSuccess"])
