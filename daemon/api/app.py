@@ -15,7 +15,8 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
 
 from daemon import __version__
 from daemon.api.edge import OPEN_PATHS, SAFE_METHODS, EdgeMiddleware, EdgePolicy, EdgeStats
@@ -28,6 +29,7 @@ from daemon.store import STORAGE_ERRORS, StoreClosed
 log = get_logger("http")
 
 Handler = Callable[[Request], Awaitable[Response]]
+SocketHandler = Callable[[WebSocket], Awaitable[None]]
 
 EDGE_ERRORS = {
     401: "API key missing or wrong (when [http] api_key_env is set)",
@@ -64,6 +66,8 @@ class ApiRoute:
     query: Sequence[QueryParam] = ()
     errors: dict[int, str] = field(default_factory=dict)
     content_type: str = "application/json"
+    websocket: SocketHandler | None = None
+    """Served too when the same path is opened as a WebSocket (GET with Upgrade)."""
 
 
 def openapi_document(routes: Sequence[ApiRoute]) -> dict[str, Any]:
@@ -170,7 +174,10 @@ def build_app(
         log.debug("client disconnected before the answer", path=request.url.path)
         return Response(status_code=400)
 
-    starlette_routes = [Route(r.path, r.handler, methods=[r.method]) for r in routes]
+    starlette_routes: list[Route | WebSocketRoute] = [
+        Route(r.path, r.handler, methods=[r.method]) for r in routes
+    ]
+    starlette_routes += [WebSocketRoute(r.path, r.websocket) for r in routes if r.websocket]
     starlette_routes.append(Route("/openapi.json", openapi, methods=["GET"]))
     handlers: dict[Any, Any] = {
         HTTPError: handle_http_error,

@@ -18,6 +18,7 @@ from daemon.redact import redact_text, redact_url
 
 if TYPE_CHECKING:
     from daemon.jobs.manager import JobManager
+    from daemon.jobs.store import JobRecord
 
 PAGE_BYTES = 10 * 1024 * 1024
 """A status page stops adding rows at about this much JSON (Firecrawl cuts at 10 MiB)."""
@@ -81,7 +82,32 @@ def _job_id(request: Request) -> str:
         raise HTTPError(400, "invalid job id: expected a UUID", {"id": raw}) from None
 
 
+async def job_status(
+    manager: JobManager, record: JobRecord, rows: list[bytes], next_url: str | None = None
+) -> CrawlStatus:
+    """The status object of a job with `rows` as its `data` (the HTTP answer and the WebSocket
+    watcher's catchup and last snapshot)."""
+    warning = None
+    if record.finished and await manager.has_error_code(record.id, ROBOTS_BLOCKED):
+        warning = ROBOTS_WARNING
+    return CrawlStatus(
+        success=True,
+        status=record.status,
+        completed=record.completed,
+        total=record.total,
+        creditsUsed=record.completed,
+        createdAt=iso(record.created_ms),
+        completedAt=None if record.completed_ms is None else iso(record.completed_ms),
+        expiresAt=iso(record.expires_ms),
+        data=[msgspec.Raw(r) for r in rows],
+        next=next_url,
+        warning=warning,
+    )
+
+
 def routes(manager: JobManager) -> list[ApiRoute]:
+    from daemon.api.watch import watcher  # it imports this module
+
     async def crawl_status(request: Request) -> Response:
         job_id = _job_id(request)
         skip = decode_query_int(request, "skip", 0, 0, 2**31)
@@ -93,24 +119,7 @@ def routes(manager: JobManager) -> list[ApiRoute]:
         next_url = None
         if more:
             next_url = public_link(request, skip=skip + len(rows))
-        warning = None
-        if record.finished and await manager.has_error_code(job_id, ROBOTS_BLOCKED):
-            warning = ROBOTS_WARNING
-        return json(
-            CrawlStatus(
-                success=True,
-                status=record.status,
-                completed=record.completed,
-                total=record.total,
-                creditsUsed=record.completed,
-                createdAt=iso(record.created_ms),
-                completedAt=None if record.completed_ms is None else iso(record.completed_ms),
-                expiresAt=iso(record.expires_ms),
-                data=[msgspec.Raw(r) for r in rows],
-                next=next_url,
-                warning=warning,
-            )
-        )
+        return json(await job_status(manager, record, rows, next_url))
 
     async def crawl_errors(request: Request) -> Response:
         job_id = _job_id(request)
@@ -151,8 +160,10 @@ def routes(manager: JobManager) -> list[ApiRoute]:
     ]
     return [
         ApiRoute("GET", "/v2/crawl/{id}", crawl_status,
-                 "A job's status, counters and produced rows (paginated with `next`)",
-                 response=CrawlStatus, query=page_params,
+                 "A job's status, counters and produced rows (paginated with `next`); opened as"
+                 " a WebSocket, the watcher: `catchup`, `document` messages, the final"
+                 " `status`, close 1000 `{\"type\":\"done\"}`",
+                 response=CrawlStatus, query=page_params, websocket=watcher(manager),
                  errors={400: "malformed id or parameter", 404: "Job not found"}),
         ApiRoute("GET", "/v2/crawl/{id}/errors", crawl_errors,
                  "A job's errors, undelivered webhook events included (code WEBHOOK_FAILED)",
