@@ -11,8 +11,8 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from daemon.api.app import ApiRoute, QueryParam, json, public_link
-from daemon.api.errors import HTTPError, decode_query_int
+from daemon.api.app import UUID_PARAM, ApiRoute, int_param, json, public_link
+from daemon.api.errors import HTTPError
 from daemon.jobs.store import ROBOTS_BLOCKED, JobFinished, JobNotFound
 from daemon.redact import redact_text, redact_url
 
@@ -30,6 +30,16 @@ ROBOTS_WARNING = (
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 2**62
 """Any positive `limit` is taken, as Firecrawl does: PAGE_BYTES is what bounds an answer."""
+
+
+SKIP = int_param("skip", "Rows to skip (from the `next` link)", 0, 2**31)
+LIMIT = int_param(
+    "limit",
+    "Most rows in this page (any positive number; a page stops at about 10 MiB of rows, `next`"
+    " carries on)",
+    1,
+    MAX_LIMIT,
+)
 
 
 class CrawlStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -110,8 +120,8 @@ def routes(manager: JobManager) -> list[ApiRoute]:
 
     async def crawl_status(request: Request) -> Response:
         job_id = _job_id(request)
-        skip = decode_query_int(request, "skip", 0, 0, 2**31)
-        limit = decode_query_int(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+        skip = SKIP.read_int(request, 0)
+        limit = LIMIT.read_int(request, DEFAULT_LIMIT)
         record = await manager.get_job(job_id)
         if record is None:
             return _not_found()
@@ -149,29 +159,22 @@ def routes(manager: JobManager) -> list[ApiRoute]:
             return json({"success": False, "error": f"Job is already {exc.status}"}, 409)
         return json(CancelResult(status="cancelled"))
 
-    page_params = [
-        QueryParam("skip", "Rows to skip (from the `next` link)", "integer"),
-        QueryParam(
-            "limit",
-            "Most rows in this page (any positive number; a page stops at about"
-            " 10 MiB of rows, `next` carries on)",
-            "integer",
-        ),
-    ]
+    ids = {"id": UUID_PARAM}
     return [
         ApiRoute("GET", "/v2/crawl/{id}", crawl_status,
                  "A job's status, counters and produced rows (paginated with `next`); opened as"
                  " a WebSocket, the watcher: `catchup`, `document` messages, the final"
                  " `status`, close 1000 `{\"type\":\"done\"}`",
-                 response=CrawlStatus, query=page_params, websocket=watcher(manager),
+                 response=CrawlStatus, query=[SKIP, LIMIT], websocket=watcher(manager),
+                 path_params=ids,
                  errors={400: "malformed id or parameter", 404: "Job not found"}),
         ApiRoute("GET", "/v2/crawl/{id}/errors", crawl_errors,
                  "A job's errors, undelivered webhook events included (code WEBHOOK_FAILED)",
-                 response=CrawlErrors,
+                 response=CrawlErrors, path_params=ids,
                  errors={400: "malformed id", 404: "Job not found"}),
         ApiRoute("DELETE", "/v2/crawl/{id}", crawl_cancel,
                  "Cancel a running job (its producer stops between windows)",
-                 response=CancelResult,
+                 response=CancelResult, path_params=ids,
                  errors={400: "malformed id", 404: "Job not found",
                          409: "the job already has a final status"}),
     ]  # fmt: skip

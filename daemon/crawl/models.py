@@ -15,7 +15,8 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from daemon.config import WebhookSpec, webhook_spec
+from daemon.api.errors import integral_floats
+from daemon.config import WebhookSpec, WebhookURL, webhook_spec
 from daemon.crawl.document import FORMATS, DocumentOptions
 from daemon.crawl.urls import compile_paths, parse_http_url
 
@@ -105,7 +106,7 @@ class CrawlRequest(msgspec.Struct, kw_only=True):
     robotsUserAgent: str | None = None
     delay: float | None = None
     maxConcurrency: int | None = None
-    webhook: str | WebhookSpec | None = None
+    webhook: WebhookURL | WebhookSpec | None = None
     scrapeOptions: ScrapeOptions | None = None
     zeroDataRetention: bool = False
 
@@ -142,7 +143,11 @@ def _object(body: bytes) -> dict[str, Any]:
         raise BadRequest([_problem("$", f"request body is not valid JSON: {exc}")]) from None
     if not isinstance(value, dict):
         raise BadRequest([_problem("$", "request body must be a JSON object")])
-    return value
+    try:
+        normalized: dict[str, Any] = integral_floats(value)
+    except RecursionError:
+        raise BadRequest([_problem("$", "request body is nested too deeply")]) from None
+    return normalized
 
 
 def _unknown(raw: dict[str, Any], allowed: frozenset[str], path: str) -> list[dict[str, Any]]:

@@ -43,6 +43,33 @@ _MANAGED_PREFIXES = ("x-firecrawl-", "webhook-")
 _MANAGED_NAMES = frozenset({"content-type", "content-length", "host"})
 
 
+def _any_case(text: str) -> str:
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else re.escape(c) for c in text)
+
+
+# The same rules as JSON-schema patterns, for /openapi.json (and msgspec checks them on decode).
+# The sizes of all headers and metadata together are checked by the functions below only.
+URL_PATTERN = r"^https?://[^/\s]+[^\r\n\x00]*$"
+HEADER_NAME_PATTERN = (
+    "^"
+    + "".join(f"(?!{_any_case(p)})" for p in _MANAGED_PREFIXES)
+    + "".join(f"(?!{_any_case(n)}$)" for n in sorted(_MANAGED_NAMES))
+    + r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+$"
+)
+HEADER_VALUE_PATTERN = r"^[\t\x20-\x7e]*$"
+URL_SCHEMA = {"maxLength": MAX_URL_LENGTH, "pattern": URL_PATTERN}
+HEADERS_SCHEMA = {
+    "maxProperties": MAX_HEADERS,
+    "propertyNames": {"maxLength": MAX_HEADER_NAME, "pattern": HEADER_NAME_PATTERN},
+}
+HEADER_VALUE_SCHEMA = {"pattern": HEADER_VALUE_PATTERN}
+METADATA_SCHEMA = {
+    "maxProperties": MAX_METADATA_KEYS,
+    "propertyNames": {"minLength": 1, "maxLength": MAX_METADATA_KEY},
+}
+METADATA_VALUE_SCHEMA = {"maxLength": MAX_METADATA_VALUE}
+
+
 def _name(text: str) -> str:
     return repr(cap(text, 64))
 

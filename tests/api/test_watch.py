@@ -117,6 +117,47 @@ async def test_a_finished_job_and_the_batch_path(start_daemon: StartDaemon) -> N
     assert (got.code, got.reason) == (1000, '{"type":"done"}')
 
 
+def raw_frames(daemon: Daemon, path: str) -> list[tuple[int, bytes]]:
+    """(opcode, payload) of every frame the server sends, read off a plain socket up to its
+    close frame (the websockets client may drop a message that arrives with the handshake)."""
+    assert daemon.http_address is not None
+    host, port = daemon.http_address
+    with socket.create_connection((host, port), timeout=10) as sock:
+        sock.sendall(
+            f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += sock.recv(65536)
+        head, data = data.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 101")
+        frames: list[tuple[int, bytes]] = []
+        while not frames or frames[-1][0] != 8:
+            while len(data) < 2 or len(data) < _frame_size(data):
+                data += sock.recv(65536)
+            size, start = _frame_size(data), _frame_size(data) - _payload_len(data)
+            if data[0] & 0x0F != 9:  # hypercorn's pings
+                frames.append((data[0] & 0x0F, data[start:size]))
+            data = data[size:]
+        return frames
+
+
+def _payload_len(data: bytes) -> int:
+    n = data[1] & 0x7F
+    if n == 126:
+        return int.from_bytes(data[2:4], "big") if len(data) >= 4 else 1 << 40
+    if n == 127:
+        return int.from_bytes(data[2:10], "big") if len(data) >= 10 else 1 << 40
+    return n
+
+
+def _frame_size(data: bytes) -> int:
+    n = data[1] & 0x7F
+    return {126: 4, 127: 10}.get(n, 2) + _payload_len(data)
+
+
 @pytest.mark.parametrize(
     ("job", "error"),
     [(UNKNOWN, "Job not found"), ("not-a-uuid", "invalid job id: expected a UUID")],
@@ -125,9 +166,11 @@ async def test_unknown_or_malformed_jobs_get_an_error_and_close_1008(
     start_daemon: StartDaemon, job: str, error: str
 ) -> None:
     daemon = await start_daemon(extra=NO_COLLECTOR)
-    got = await watch_job(daemon, f"/v2/crawl/{job}")
-    assert got.messages == [{"type": "error", "error": error}]
-    assert got.code == 1008 and json.loads(got.reason or "") == {"type": "error", "error": error}
+    frames = await trio.to_thread.run_sync(raw_frames, daemon, f"/v2/crawl/{job}")
+    assert [op for op, _ in frames] == [1, 8]  # one text message, then the close
+    assert json.loads(frames[0][1]) == {"type": "error", "error": error}
+    code, reason = int.from_bytes(frames[1][1][:2], "big"), frames[1][1][2:]
+    assert code == 1008 and json.loads(reason) == {"type": "error", "error": error}
 
 
 async def test_the_key_comes_as_subprotocol_or_authorization(
