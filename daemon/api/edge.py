@@ -354,6 +354,8 @@ class EdgeMiddleware:
         if policy.needs_key(path) and not self.key_matches(scope, headers):
             given = "authorization" in headers or scope.get("subprotocols")
             detail = "the API key is not valid" if given else "send Authorization: Bearer <key>"
+            if scope.get("type") == "websocket" and not given:
+                detail += " (or the key as Sec-WebSocket-Protocol)"
             return "unauthorized", unauthorized(detail)
         if not open_path:
             reason = cross_site_reason(headers.get("sec-fetch-site"), headers.get("origin"), host)

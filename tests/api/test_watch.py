@@ -189,6 +189,9 @@ async def test_the_key_comes_as_subprotocol_or_authorization(
     for kw in ({}, {"subprotocols": ["wrong-key-0123456789"]}):
         status, body = await refused(daemon, path, **kw)
         assert (status, body["success"], body["error"]) == (401, False, "Unauthorized")
+        assert body["detail"] == (
+            "the API key is not valid" if kw else
+            "send Authorization: Bearer <key> (or the key as Sec-WebSocket-Protocol)")  # fmt: skip
     # same-origin rules as every route: a page of another site may not open it
     status, body = await refused(daemon, path, subprotocols=[KEY], origin="http://evil.example")  # type: ignore[arg-type]
     assert status == 403 and body["detail"] == "Origin is not this server"
