@@ -12,7 +12,7 @@ import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -182,6 +182,10 @@ WebhookEvent = Literal[
 ]  # fmt: skip
 
 
+WebhookURL = Annotated[str, msgspec.Meta(extra_json_schema=webhook_rules.URL_SCHEMA)]
+"""A webhook URL; its pattern and length are in the JSON schema, checked by check_webhook_url."""
+
+
 class WebhookFields(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """The shape of a webhook setting, unchecked: what stored jobs decode into, so a setting that
     today's rules refuse (stored by an older crawld) still loads and fails softly at delivery."""
@@ -195,6 +199,22 @@ class WebhookFields(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
 class WebhookSpec(WebhookFields, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """Firecrawl v2 `webhook` object; a bare URL string is accepted where this is. Checked by
     `daemon.jobs.webhook_rules` (header names and values, size caps on headers and metadata)."""
+
+    # The rules below in JSON-schema form, for /openapi.json only (extra_json_schema checks
+    # nothing): __post_init__ checks them, with messages that name the field.
+    url: WebhookURL
+    headers: Annotated[
+        dict[
+            str, Annotated[str, msgspec.Meta(extra_json_schema=webhook_rules.HEADER_VALUE_SCHEMA)]
+        ],
+        msgspec.Meta(extra_json_schema=webhook_rules.HEADERS_SCHEMA),
+    ] = {}
+    metadata: Annotated[
+        dict[
+            str, Annotated[str, msgspec.Meta(extra_json_schema=webhook_rules.METADATA_VALUE_SCHEMA)]
+        ],
+        msgspec.Meta(extra_json_schema=webhook_rules.METADATA_SCHEMA),
+    ] = {}
 
     def __post_init__(self) -> None:
         check_webhook_url(self.url)
@@ -254,7 +274,7 @@ class TaskConfig(Section, frozen=True):
     paging: Literal["backward", "forward"] = "backward"
     batch_size: int | None = None
     ttl_from: Literal["fixed", "record"] = "fixed"
-    webhook: str | WebhookSpec | None = None
+    webhook: WebhookURL | WebhookSpec | None = None
 
     def __post_init__(self) -> None:
         if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", self.id):

@@ -5,15 +5,17 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 
 pick_python() {
-    for candidate in "${CRAWLD_PYTHON:-}" python3.11 python3.12 python3.13 python3; do
+    for candidate in "${CRAWLD_PYTHON:-}" python3.11 python3.12 python3.13 python3.14 python3; do
         [ -n "$candidate" ] || continue
         if command -v "$candidate" >/dev/null 2>&1 &&
-            "$candidate" -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] < (3, 14) else 1)' 2>/dev/null; then
+            "$candidate" -c 'import sys; sys.exit(0 if (3, 11) <= sys.version_info[:2] < (3, 15) else 1)' 2>/dev/null; then
             echo "$candidate"
             return 0
         fi
     done
-    echo "error: crawld needs Python 3.11, 3.12 or 3.13 (trio-asyncio does not support 3.14)" >&2
+    # 3.15 and later: not every pinned dependency with compiled parts (msgspec, apsw, lxml,
+    # selectolax, google-re2, yarl) publishes wheels for it yet.
+    echo "error: crawld needs Python 3.11 to 3.14 (set CRAWLD_PYTHON to one)" >&2
     return 1
 }
 

@@ -4,7 +4,7 @@
 # tracker) each contribute `routes(daemon)` from their own module.
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlencode
@@ -14,11 +14,18 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute, request_response
+from starlette.websockets import WebSocket
 
 from daemon import __version__
 from daemon.api.edge import OPEN_PATHS, SAFE_METHODS, EdgeMiddleware, EdgePolicy, EdgeStats
-from daemon.api.errors import HTTPError, JSONResponse, error_response, handle_http_error
+from daemon.api.errors import (
+    HTTPError,
+    JSONResponse,
+    decode_query_int,
+    error_response,
+    handle_http_error,
+)
 from daemon.config import resolve_secret
 from daemon.logs import get_logger
 from daemon.runtime import Daemon
@@ -27,6 +34,7 @@ from daemon.store import DISK_FULL, STORAGE_ERRORS, StoreClosed
 log = get_logger("http")
 
 Handler = Callable[[Request], Awaitable[Response]]
+SocketHandler = Callable[[WebSocket], Awaitable[None]]
 
 EDGE_ERRORS = {
     401: "API key missing or wrong (when [http] api_key_env is set)",
@@ -50,6 +58,32 @@ class QueryParam:
     description: str
     type: str = "string"
     required: bool = False
+    minimum: int | None = None
+    maximum: int | None = None
+    enum: tuple[str, ...] | None = None
+
+    def schema(self) -> dict[str, Any]:
+        """The JSON schema the handler enforces: its type, range or allowed values."""
+        schema: dict[str, Any] = {"type": self.type}
+        if self.minimum is not None:
+            schema["minimum"] = self.minimum
+        if self.maximum is not None:
+            schema["maximum"] = self.maximum
+        if self.enum is not None:
+            schema["enum"] = list(self.enum)
+        return schema
+
+    def read_int(self, request: Request, default: int) -> int:
+        """This integer parameter of `request` within its range, or HTTPError 400."""
+        assert self.minimum is not None and self.maximum is not None
+        return decode_query_int(request, self.name, default, self.minimum, self.maximum)
+
+
+def int_param(name: str, description: str, minimum: int, maximum: int) -> QueryParam:
+    return QueryParam(name, description, "integer", minimum=minimum, maximum=maximum)
+
+
+UUID_PARAM = {"type": "string", "format": "uuid"}
 
 
 @dataclass(frozen=True)
@@ -63,9 +97,21 @@ class ApiRoute:
     query: Sequence[QueryParam] = ()
     errors: dict[int, str] = field(default_factory=dict)
     content_type: str = "application/json"
+    websocket: SocketHandler | None = None
+    """Served too when the same path is opened as a WebSocket (GET with Upgrade)."""
+    path_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """JSON schemas of the `{name}` parts of the path (default: any string)."""
+    body_required: bool = False
+    ok_status: int = 200
 
 
-def openapi_document(routes: Sequence[ApiRoute]) -> dict[str, Any]:
+def openapi_document(
+    routes: Sequence[ApiRoute], needs_key: Callable[[str], bool] | None = None
+) -> dict[str, Any]:
+    """The OpenAPI document of `routes`; `needs_key(path)` says where the running config asks for
+    the API key (default: everywhere but OPEN_PATHS)."""
+    if needs_key is None:
+        needs_key = lambda path: path not in OPEN_PATHS  # noqa: E731
     types = [t for r in routes for t in (r.body, r.response) if t is not None]
     schemas, components = msgspec.json.schema_components(
         types, ref_template="#/components/schemas/{name}"
@@ -85,31 +131,37 @@ def openapi_document(routes: Sequence[ApiRoute]) -> dict[str, Any]:
                 "in": "query",
                 "required": p.required,
                 "description": p.description,
-                "schema": {"type": p.type},
+                "schema": p.schema(),
             }
             for p in route.query
         ]
         params += [
-            {"name": part[1:-1], "in": "path", "required": True, "schema": {"type": "string"}}
+            {"name": part[1:-1], "in": "path", "required": True,
+             "schema": dict(route.path_params.get(part[1:-1], {"type": "string"}))}
             for part in route.path.split("/")
             if part.startswith("{")
-        ]
+        ]  # fmt: skip
         if params:
             op["parameters"] = params
         if route.body is not None:
-            op["requestBody"] = {"content": {"application/json": {"schema": schema_of[route.body]}}}
-        ok: dict[str, Any] = {"description": "OK"}
+            op["requestBody"] = {
+                "required": route.body_required,
+                "content": {"application/json": {"schema": schema_of[route.body]}},
+            }
+        ok: dict[str, Any] = {"description": "OK" if route.ok_status == 200 else "Accepted"}
         if route.response is not None:
             ok["content"] = {route.content_type: {"schema": schema_of[route.response]}}
         elif route.content_type != "application/json":
             ok["content"] = {route.content_type: {"schema": {"type": "string"}}}
-        op["responses"]["200"] = ok
+        op["responses"][str(route.ok_status)] = ok
         errors = dict(route.errors)
         if route.path not in OPEN_PATHS:
             errors = {**EDGE_ERRORS, **errors}
+            if not needs_key(route.path):
+                errors.pop(401)
             if route.method not in SAFE_METHODS:
                 errors = {**CHANGE_ERRORS, **errors}
-        else:
+        if not needs_key(route.path):
             op["security"] = []
         for status, description in sorted(errors.items()):
             op["responses"][str(status)] = {
@@ -142,7 +194,8 @@ def build_app(
     stats: EdgeStats | None = None,
 ) -> Starlette:
     """One Starlette app for `routes` behind the edge checks of `policy` (default: the config's)."""
-    document = msgspec.json.encode(openapi_document(routes))
+    policy = policy or edge_policy(daemon)
+    document = msgspec.json.encode(openapi_document(routes, policy.needs_key))
 
     async def openapi(request: Request) -> Response:
         return Response(document, media_type="application/json")
@@ -151,7 +204,11 @@ def build_app(
         return error_response(404, "not found", {"path": request.url.path})
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
-        return error_response(405, "method not allowed", {"method": request.method})
+        response = error_response(405, "method not allowed", {"method": request.method})
+        allow = getattr(exc, "headers", None) or {}
+        if "Allow" in allow:  # RFC 9110: a 405 lists the methods the path takes
+            response.headers["Allow"] = allow["Allow"]
+        return response
 
     async def internal(request: Request, exc: Exception) -> Response:
         log.error("request failed", path=request.url.path, exc_info=exc)
@@ -169,7 +226,16 @@ def build_app(
         log.debug("client disconnected before the answer", path=request.url.path)
         return Response(status_code=400)
 
-    starlette_routes = [Route(r.path, r.handler, methods=[r.method]) for r in routes]
+    # One Starlette route per path, so a 405 names (in `Allow`) every method the path takes.
+    by_path: dict[str, dict[str, Handler]] = {}
+    for r in routes:
+        by_path.setdefault(r.path, {})[r.method] = r.handler
+    # Each route takes every method and answers 405 itself, so /v2/crawl/active never falls
+    # through to /v2/crawl/{id} for a method only the latter has.
+    starlette_routes: list[Route | WebSocketRoute] = [
+        Route(path, _AnyMethod(_by_method(handlers))) for path, handlers in by_path.items()
+    ]
+    starlette_routes += [WebSocketRoute(r.path, r.websocket) for r in routes if r.websocket]
     starlette_routes.append(Route("/openapi.json", openapi, methods=["GET"]))
     handlers: dict[Any, Any] = {
         HTTPError: handle_http_error,
@@ -183,10 +249,37 @@ def build_app(
     app = Starlette(
         routes=starlette_routes,
         exception_handlers=handlers,
-        middleware=[Middleware(EdgeMiddleware, policy=policy or edge_policy(daemon), stats=stats)],
+        middleware=[Middleware(EdgeMiddleware, policy=policy, stats=stats)],
     )
     app.state.daemon = daemon
     return app
+
+
+class _AnyMethod:
+    """An ASGI app for a request handler: Starlette routes it for every method (a plain function
+    endpoint would be GET only)."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.app = request_response(handler)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
+
+
+def _by_method(handlers: Mapping[str, Handler]) -> Handler:
+    methods = [*handlers, "HEAD"] if "GET" in handlers else list(handlers)
+    allow = ", ".join(methods)
+
+    async def dispatch(request: Request) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        handler = handlers.get(method)
+        if handler is None:  # RFC 9110: a 405 lists the methods the path takes
+            response = error_response(405, "method not allowed", {"method": request.method})
+            response.headers["Allow"] = allow
+            return response
+        return await handler(request)
+
+    return dispatch
 
 
 def public_base_url(daemon: Daemon) -> str:

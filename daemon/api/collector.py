@@ -8,14 +8,14 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from daemon.api.app import ApiRoute, QueryParam, json
-from daemon.api.errors import HTTPError, decode_query_int, read_json_body
+from daemon.api.app import ApiRoute, QueryParam, int_param, json
+from daemon.api.errors import HTTPError, read_json_body
 from daemon.collector.crawler import AlreadyRunning, CrawlerStopped
 from daemon.collector.messages import ConsumedMessage
 from daemon.collector.octoparse import OctoparseError
 from daemon.collector.queue import QueueUnavailable, RowQueue
 from daemon.collector.service import Collector, CollectorNotRunning, UnknownAccount, UnknownTask
-from daemon.config import HttpConfig, WebhookSpec, check_webhook_url, is_loopback_host
+from daemon.config import HttpConfig, WebhookSpec, WebhookURL, check_webhook_url, is_loopback_host
 from daemon.redact import redact_tree
 from daemon.runtime import Daemon
 
@@ -23,7 +23,7 @@ from daemon.runtime import Daemon
 class StartRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     task_id: str | None = None
     """Start this task only; all enabled tasks when absent."""
-    webhook: str | WebhookSpec | None = None
+    webhook: WebhookURL | WebhookSpec | None = None
     """Firecrawl v2 webhook for the run's job (overrides the task's)."""
 
     def __post_init__(self) -> None:
@@ -61,6 +61,9 @@ class ConsumeResponse(msgspec.Struct):
     kind: str
     count: int
     messages: list[ConsumedMessage]
+
+
+COUNT = int_param("count", "messages to take (default 1)", 1, 1000)
 
 
 class ConsumeRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -127,7 +130,7 @@ def routes(daemon: Daemon, collector: Collector, queue: RowQueue) -> list[ApiRou
         return json(StopResponse(True, stopped, idle))
 
     async def consume(request: Request) -> Response:
-        count = decode_query_int(request, "count", 1, 1, 1000)
+        count = COUNT.read_int(request, 1)
         if request.method == "POST":
             body = await read_json_body(request, ConsumeRequest)
             if body.count is not None:
@@ -178,12 +181,12 @@ def routes(daemon: Daemon, collector: Collector, queue: RowQueue) -> list[ApiRou
         ApiRoute("POST", "/consume", consume,
                  "Take up to `count` messages off the queue: they are deleted from it",
                  body=ConsumeRequest, response=ConsumeResponse,
-                 query=[QueryParam("count", "messages to take, 1..1000 (default 1)", "integer")],
+                 query=[COUNT],
                  errors={**bad, 503: "broker or storage unavailable", 507: "storage full"}),
         ApiRoute("GET", "/consume", consume,
                  "Seed-compatible form of POST /consume (loopback bind or API key only)",
                  response=ConsumeResponse,
-                 query=[QueryParam("count", "messages to take, 1..1000 (default 1)", "integer")],
+                 query=[COUNT],
                  errors={400: "bad count", 405: "refused: use POST",
                          503: "broker or storage unavailable", 507: "storage full"}),
         ApiRoute("GET", "/discover", discover,

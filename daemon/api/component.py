@@ -64,6 +64,7 @@ async def serve_http(daemon: Daemon, *, task_status: trio.TaskStatus[Any]) -> No
             if policy.hosts.any_host
             else [h if p is None else f"{h}:{p}" for h, p in policy.hosts.entries],
             "active_requests": stats.active,
+            "websockets": stats.websockets,
             "max_concurrent_requests": policy.max_concurrent,
             "refused": dict(stats.refused),
         }

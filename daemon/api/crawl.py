@@ -158,6 +158,34 @@ def routes(service: CrawlService) -> list[ApiRoute]:
             )
         return json(models.ActiveCrawls(success=True, crawls=crawls))
 
+    async def credit_usage(request: Request) -> Response:
+        data = models.CreditUsageData(remainingCredits=models.SELF_HOSTED_CREDITS)
+        return json(models.CreditUsage(success=True, data=data))
+
+    async def token_usage(request: Request) -> Response:
+        data = models.TokenUsageData(remainingTokens=models.SELF_HOSTED_CREDITS)
+        return json(models.TokenUsage(success=True, data=data))
+
+    async def queue_status(request: Request) -> Response:
+        queue = await service.queue()
+        last = queue["last_success_ms"]
+        return json(
+            models.QueueStatus(
+                success=True,
+                jobsInQueue=queue["fetching"] + queue["waiting"],
+                activeJobsInQueue=queue["fetching"],
+                waitingJobsInQueue=queue["waiting"],
+                maxConcurrency=queue["max_concurrency"],
+                mostRecentSuccess=None if last is None else jobs_api.iso(last),
+                runningCrawls=queue["jobs_running"],
+                waitingCrawls=queue["jobs_waiting"],
+            )
+        )
+
+    async def concurrency_check(request: Request) -> Response:
+        return json(models.ConcurrencyCheck(success=True, concurrency=service.fetching(),
+                                            maxConcurrency=service.config.concurrency))  # fmt: skip
+
     status_routes = [
         dataclasses.replace(
             r,
@@ -188,6 +216,19 @@ def routes(service: CrawlService) -> list[ApiRoute]:
         ApiRoute("POST", "/v2/map", map_, "The URLs of a site (sitemaps and links)",
                  body=models.MapRequest, response=models.MapResponse,
                  errors={**crawl_errors, 408: "MAP_TIMEOUT"}),
+        ApiRoute("GET", "/v2/team/credit-usage", credit_usage,
+                 "Remaining credits: crawld counts none, so it answers what a self-hosted"
+                 " Firecrawl answers (99999999)", response=models.CreditUsage),
+        ApiRoute("GET", "/v2/team/token-usage", token_usage,
+                 "Remaining tokens: as credit-usage (crawld runs no LLM)",
+                 response=models.TokenUsage),
+        ApiRoute("GET", "/v2/team/queue-status", queue_status,
+                 "Pages fetching and waiting over all running crawls and batches, the page"
+                 " concurrency limit, the last success, crawl jobs running and waiting",
+                 response=models.QueueStatus),
+        ApiRoute("GET", "/v2/concurrency-check", concurrency_check,
+                 "Pages being fetched now and [crawl] concurrency",
+                 response=models.ConcurrencyCheck),
         *status_routes,
     ]  # fmt: skip
 

@@ -10,6 +10,11 @@
 # Content-Length: 413) and must arrive within `body_timeout` (408), so a trickling upload cannot
 # hold a slot forever. /healthz skips the cap, the Host, key and cross-site checks: a monitor must
 # reach it even when the API is full.
+#
+# WebSocket handshakes (the crawl watcher) pass the same Host, key and cross-site checks; the key
+# may also come as the `Sec-WebSocket-Protocol` value, where browsers and the JS SDK put it. A
+# refused handshake gets the same JSON answer as HTTP (ASGI's websocket.http.response). Open
+# sockets are capped at `max_concurrent_requests` of their own, since each may last a whole crawl.
 from __future__ import annotations
 
 import hmac
@@ -20,6 +25,7 @@ from urllib.parse import urlsplit
 
 import trio
 from prometheus_client import Counter
+from starlette.websockets import WebSocket
 
 from daemon import metrics
 from daemon.api.errors import HTTPError, JSONResponse, error_response
@@ -215,6 +221,7 @@ class EdgeStats:
     """What the edge is doing, for /status: requests in progress and refusals by reason."""
 
     active: int = 0
+    websockets: int = 0
     refused: dict[str, int] = field(default_factory=dict)
 
     def refuse(self, reason: str) -> None:
@@ -260,6 +267,9 @@ class EdgeMiddleware:
         self.stats = stats if stats is not None else EdgeStats()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket":
+            await self.websocket(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -277,6 +287,34 @@ class EdgeMiddleware:
         finally:
             self.stats.active -= 1
 
+    async def websocket(self, scope: Any, receive: Any, send: Any) -> None:
+        refusal = self.check(scope, _headers(scope))
+        if refusal is None:
+            self.stats.websockets += 1
+            try:
+                await self.app(scope, receive, send)
+            finally:
+                self.stats.websockets -= 1
+            return
+        reason, response = refusal
+        self.stats.refuse(reason)
+        message = await receive()  # websocket.connect: the handshake waits for our answer
+        if message["type"] != "websocket.connect":
+            return
+        if "websocket.http.response" in scope.get("extensions", {}):
+            await WebSocket(scope, receive, send).send_denial_response(response)
+        else:
+            await send({"type": "websocket.close", "code": 1008})
+
+    def key_matches(self, scope: Mapping[str, Any], headers: Mapping[str, str]) -> bool:
+        keys = self.policy.keys
+        if bearer_matches(headers.get("authorization"), keys):
+            return True
+        if scope.get("type") == "websocket":
+            offered = scope.get("subprotocols") or ()
+            return any(bearer_matches(f"Bearer {p}", keys) for p in offered)
+        return False
+
     def check(
         self, scope: Mapping[str, Any], headers: Mapping[str, str]
     ) -> tuple[str, JSONResponse] | None:
@@ -284,7 +322,8 @@ class EdgeMiddleware:
         policy = self.policy
         path = scope.get("path", "")
         open_path = path in OPEN_PATHS
-        if not open_path and self.stats.active >= policy.max_concurrent:
+        busy = self.stats.websockets if scope.get("type") == "websocket" else self.stats.active
+        if not open_path and busy >= policy.max_concurrent:
             response = error_response(503, "too many requests in progress", {
                 "max_concurrent_requests": policy.max_concurrent})  # fmt: skip
             response.headers["Retry-After"] = "1"
@@ -312,12 +351,11 @@ class EdgeMiddleware:
                 return "too_large", error_response(
                     413, "request body too large", {"max_body": policy.max_body}
                 )
-        if policy.needs_key(path) and not bearer_matches(headers.get("authorization"), policy.keys):
-            detail = (
-                "send Authorization: Bearer <key>"
-                if "authorization" not in headers
-                else "the API key is not valid"
-            )
+        if policy.needs_key(path) and not self.key_matches(scope, headers):
+            given = "authorization" in headers or scope.get("subprotocols")
+            detail = "the API key is not valid" if given else "send Authorization: Bearer <key>"
+            if scope.get("type") == "websocket" and not given:
+                detail += " (or the key as Sec-WebSocket-Protocol)"
             return "unauthorized", unauthorized(detail)
         if not open_path:
             reason = cross_site_reason(headers.get("sec-fetch-site"), headers.get("origin"), host)

@@ -11,18 +11,35 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from daemon.api.app import ApiRoute, QueryParam, json, public_link
-from daemon.api.errors import HTTPError, decode_query_int
+from daemon.api.app import UUID_PARAM, ApiRoute, int_param, json, public_link
+from daemon.api.errors import HTTPError
 from daemon.jobs.store import ROBOTS_BLOCKED, JobFinished, JobNotFound
 from daemon.redact import redact_text, redact_url
 
 if TYPE_CHECKING:
     from daemon.jobs.manager import JobManager
+    from daemon.jobs.store import JobRecord
 
 PAGE_BYTES = 10 * 1024 * 1024
 """A status page stops adding rows at about this much JSON (Firecrawl cuts at 10 MiB)."""
+ROBOTS_WARNING = (
+    "One or more pages were unable to be crawled because the robots.txt file prevented this."
+    " Please use the /scrape endpoint instead."
+)
+"""Firecrawl's `warning` on a finished crawl that had robots-blocked pages, in its words."""
 DEFAULT_LIMIT = 100
-MAX_LIMIT = 1000
+MAX_LIMIT = 2**62
+"""Any positive `limit` is taken, as Firecrawl does: PAGE_BYTES is what bounds an answer."""
+
+
+SKIP = int_param("skip", "Rows to skip (from the `next` link)", 0, 2**31)
+LIMIT = int_param(
+    "limit",
+    "Most rows in this page (any positive number; a page stops at about 10 MiB of rows, `next`"
+    " carries on)",
+    1,
+    MAX_LIMIT,
+)
 
 
 class CrawlStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -37,6 +54,7 @@ class CrawlStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
     data: list[Any]
     next: str | None = None
     """Absolute URL of the next page; present while more rows follow."""
+    warning: str | None = None
 
 
 class CrawlError(msgspec.Struct):
@@ -74,11 +92,36 @@ def _job_id(request: Request) -> str:
         raise HTTPError(400, "invalid job id: expected a UUID", {"id": raw}) from None
 
 
+async def job_status(
+    manager: JobManager, record: JobRecord, rows: list[bytes], next_url: str | None = None
+) -> CrawlStatus:
+    """The status object of a job with `rows` as its `data` (the HTTP answer and the WebSocket
+    watcher's catchup and last snapshot)."""
+    warning = None
+    if record.finished and await manager.has_error_code(record.id, ROBOTS_BLOCKED):
+        warning = ROBOTS_WARNING
+    return CrawlStatus(
+        success=True,
+        status=record.status,
+        completed=record.completed,
+        total=record.total,
+        creditsUsed=record.completed,
+        createdAt=iso(record.created_ms),
+        completedAt=None if record.completed_ms is None else iso(record.completed_ms),
+        expiresAt=iso(record.expires_ms),
+        data=[msgspec.Raw(r) for r in rows],
+        next=next_url,
+        warning=warning,
+    )
+
+
 def routes(manager: JobManager) -> list[ApiRoute]:
+    from daemon.api.watch import watcher  # it imports this module
+
     async def crawl_status(request: Request) -> Response:
         job_id = _job_id(request)
-        skip = decode_query_int(request, "skip", 0, 0, 2**31)
-        limit = decode_query_int(request, "limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+        skip = SKIP.read_int(request, 0)
+        limit = LIMIT.read_int(request, DEFAULT_LIMIT)
         record = await manager.get_job(job_id)
         if record is None:
             return _not_found()
@@ -86,20 +129,7 @@ def routes(manager: JobManager) -> list[ApiRoute]:
         next_url = None
         if more:
             next_url = public_link(request, skip=skip + len(rows))
-        return json(
-            CrawlStatus(
-                success=True,
-                status=record.status,
-                completed=record.completed,
-                total=record.total,
-                creditsUsed=record.completed,
-                createdAt=iso(record.created_ms),
-                completedAt=None if record.completed_ms is None else iso(record.completed_ms),
-                expiresAt=iso(record.expires_ms),
-                data=[msgspec.Raw(r) for r in rows],
-                next=next_url,
-            )
-        )
+        return json(await job_status(manager, record, rows, next_url))
 
     async def crawl_errors(request: Request) -> Response:
         job_id = _job_id(request)
@@ -129,22 +159,22 @@ def routes(manager: JobManager) -> list[ApiRoute]:
             return json({"success": False, "error": f"Job is already {exc.status}"}, 409)
         return json(CancelResult(status="cancelled"))
 
-    page_params = [
-        QueryParam("skip", "Rows to skip (from the `next` link)", "integer"),
-        QueryParam("limit", f"Most rows in this page (1..{MAX_LIMIT})", "integer"),
-    ]
+    ids = {"id": UUID_PARAM}
     return [
         ApiRoute("GET", "/v2/crawl/{id}", crawl_status,
-                 "A job's status, counters and produced rows (paginated with `next`)",
-                 response=CrawlStatus, query=page_params,
+                 "A job's status, counters and produced rows (paginated with `next`); opened as"
+                 " a WebSocket, the watcher: `catchup`, `document` messages, the final"
+                 " `status`, close 1000 `{\"type\":\"done\"}`",
+                 response=CrawlStatus, query=[SKIP, LIMIT], websocket=watcher(manager),
+                 path_params=ids,
                  errors={400: "malformed id or parameter", 404: "Job not found"}),
         ApiRoute("GET", "/v2/crawl/{id}/errors", crawl_errors,
                  "A job's errors, undelivered webhook events included (code WEBHOOK_FAILED)",
-                 response=CrawlErrors,
+                 response=CrawlErrors, path_params=ids,
                  errors={400: "malformed id", 404: "Job not found"}),
         ApiRoute("DELETE", "/v2/crawl/{id}", crawl_cancel,
                  "Cancel a running job (its producer stops between windows)",
-                 response=CancelResult,
+                 response=CancelResult, path_params=ids,
                  errors={400: "malformed id", 404: "Job not found",
                          409: "the job already has a final status"}),
     ]  # fmt: skip

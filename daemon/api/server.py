@@ -68,6 +68,11 @@ async def serve_app(
     config.accesslog = None
     config.read_timeout = read_timeout  # type: ignore[assignment]  # hypercorn says int, takes float
     config.keep_alive_timeout = keep_alive_timeout
+    # A WebSocket client (the crawl watcher) sends nothing; hypercorn's pings make it answer, so
+    # `read_timeout` closes only sockets whose client stopped reading. Clients send no messages
+    # of their own worth more than a few bytes.
+    config.websocket_ping_interval = read_timeout / 3 if read_timeout else None
+    config.websocket_max_message_size = 64 * 1024
     config.h11_max_incomplete_size = max_header_bytes
     config.h2_max_header_list_size = max_header_bytes
     config.backlog = backlog

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import csv
 import io
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from daemon.api.app import ApiRoute, QueryParam, json
-from daemon.api.errors import HTTPError, decode_query_int, read_json_body
+from daemon.api.app import ApiRoute, QueryParam, int_param, json
+from daemon.api.errors import HTTPError, read_json_body
 from daemon.runtime import Daemon
 from daemon.tracker import store as ts
 from daemon.tracker.engine import AlreadyTracked
@@ -24,15 +24,16 @@ MAX_AID = 2**62
 SNAPSHOT_FIELDS = ("at_ms", "views", "danmakus", "replies", "likes", "coins", "shares",
                    "favorites")  # fmt: skip
 MAX_MS = 2**53
+SINCE = int_param("since", "epoch ms, inclusive (default 0)", 0, MAX_MS)
+UNTIL = int_param("until", "epoch ms, inclusive (default: no end)", 0, MAX_MS)
+SNAPSHOT_LIMIT = int_param("limit", "rows per page (default 1000)", 1, 10_000)
+FORMAT = QueryParam("format", "json (default) or csv", enum=("json", "csv"))
+MILESTONE_LIMIT = int_param("limit", "songs (default 50)", 1, 1000)
 
 
 class TrackRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    aid: int
+    aid: Annotated[int, msgspec.Meta(ge=1, le=MAX_AID)]
     """The video's av number."""
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.aid <= MAX_AID:
-            raise ValueError(f"aid must be between 1 and {MAX_AID}")
 
 
 class TrackResponse(msgspec.Struct):
@@ -87,7 +88,7 @@ class SchedulesResponse(msgspec.Struct):
 def _aid(request: Request) -> int:
     raw = request.path_params["aid"]
     text = raw[2:] if raw.lower().startswith("av") else raw
-    if not text.isdigit() or not 1 <= int(text) <= MAX_AID:
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_AID:
         raise HTTPError(400, "aid must be a positive integer (or avNNN)", {"aid": raw[:40]})
     return int(text)
 
@@ -104,11 +105,11 @@ def routes(daemon: Daemon, service: TrackerService) -> list[ApiRoute]:
 
     async def snapshots(request: Request) -> Response:
         aid = _aid(request)
-        since = decode_query_int(request, "since", 0, 0, MAX_MS)
-        until = decode_query_int(request, "until", MAX_MS, 0, MAX_MS)
-        limit = decode_query_int(request, "limit", 1000, 1, 10_000)
+        since = SINCE.read_int(request, 0)
+        until = UNTIL.read_int(request, MAX_MS)
+        limit = SNAPSHOT_LIMIT.read_int(request, 1000)
         fmt = request.query_params.get("format", "json")
-        if fmt not in ("json", "csv"):
+        if fmt not in FORMAT.enum:  # type: ignore[operator]
             raise HTTPError(400, "format must be json or csv", {"format": fmt[:20]})
 
         def read(conn: Any) -> tuple[bool, list[tuple[int, ...]]]:
@@ -147,7 +148,7 @@ def routes(daemon: Daemon, service: TrackerService) -> list[ApiRoute]:
         return json(TrackResponse(body.aid, queued, service.gate.open), status=202)
 
     async def milestones(request: Request) -> Response:
-        limit = decode_query_int(request, "limit", 50, 1, 1000)
+        limit = MILESTONE_LIMIT.read_int(request, 50)
         songs = await store.read(lambda c: ts.closest_to_milestone(c, limit))
         return json(MilestonesResponse(len(songs), songs))
 
@@ -156,26 +157,25 @@ def routes(daemon: Daemon, service: TrackerService) -> list[ApiRoute]:
         return json(msgspec.convert(overview, SchedulesResponse))
 
     bad_aid = {400: "aid is not a positive integer", 404: "video not tracked"}
+    aids = {"aid": {"type": "integer", "minimum": 1, "maximum": MAX_AID}}  # avNNN is taken too
     return [
         ApiRoute("GET", "/tracker/videos/{aid}", video,
                  "A tracked video: metadata, uploader, label, status, latest snapshot, pending"
-                 " schedules, milestone target and ETA", response=VideoResponse, errors=bad_aid),
+                 " schedules, milestone target and ETA", response=VideoResponse, errors=bad_aid,
+                 path_params=aids),
         ApiRoute("GET", "/tracker/videos/{aid}/snapshots", snapshots,
                  "A video's snapshots, oldest first, paginated by `next`",
                  response=SnapshotsResponse,
-                 query=[QueryParam("since", "epoch ms, inclusive (default 0)", "integer"),
-                        QueryParam("until", "epoch ms, inclusive (default: no end)", "integer"),
-                        QueryParam("limit", "rows per page, 1..10000 (default 1000)", "integer"),
-                        QueryParam("format", "json (default) or csv")],
+                 query=[SINCE, UNTIL, SNAPSHOT_LIMIT, FORMAT], path_params=aids,
                  errors={**bad_aid, 400: "bad aid, since, until, limit or format"}),
         ApiRoute("POST", "/tracker/videos", track,
                  "Track a video now: ingest, classify and (for a song) its new schedules",
-                 body=TrackRequest, response=TrackResponse,
+                 body=TrackRequest, response=TrackResponse, ok_status=202, body_required=True,
                  errors={400: "invalid JSON", 422: "invalid field", 409: "already tracked"}),
         ApiRoute("GET", "/tracker/milestones", milestones,
                  "Songs closest to their next milestone: views, target, ETA hours, next check",
                  response=MilestonesResponse,
-                 query=[QueryParam("limit", "songs, 1..1000 (default 50)", "integer")],
+                 query=[MILESTONE_LIMIT],
                  errors={400: "bad limit"}),
         ApiRoute("GET", "/tracker/schedules", schedules,
                  "Schedules by type × status, the fill of the next windows, lag per type",

@@ -10,7 +10,9 @@ from daemon.config_types import Duration, Section
 class CrawlConfig(Section, frozen=True):
     enabled: bool = True
     """Serve /v2/scrape, /v2/crawl, /v2/batch/scrape and /v2/map."""
-    user_agent: str = "crawld (+https://github.com/crawld/crawld) FirecrawlAgent"
+    user_agent: str = "crawld/0.1 (self-hosted Firecrawl-compatible crawler) FirecrawlAgent"
+    """Names no homepage: crawld has none. Operators put their own contact in it (a URL or a
+    mail address), so site owners can reach whoever runs the crawl."""
     """Sent with every fetch; robots.txt rules are matched for FirecrawlAgent/FireCrawlAgent."""
     concurrency: int = 16
     """Most pages fetched at once over all jobs (a paced job, with `delay` or robots.txt

@@ -128,6 +128,9 @@ class Engine:
     job_slots: trio.CapacityLimiter
     cpu: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(CPU_THREADS))
     pages: Counter[str] = field(default_factory=Counter)
+    last_success_ms: int | None = None
+    """When a page (crawl, batch or /v2/scrape) was last produced: queue-status's
+    mostRecentSuccess."""
 
     async def document(
         self, result: FetchResult, options: DocumentOptions, source_url: str
@@ -456,6 +459,7 @@ class JobRun:
                 crawl_pages.labels(kind).inc()
                 if isinstance(outcome, Page):
                     self.fetched += 1
+                    self.engine.last_success_ms = at
                 else:
                     self.failed += 1
         for pending in pendings:

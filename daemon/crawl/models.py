@@ -15,7 +15,8 @@ from typing import Any, Literal, TypeVar
 
 import msgspec
 
-from daemon.config import WebhookSpec, webhook_spec
+from daemon.api.errors import integral_floats
+from daemon.config import WebhookSpec, WebhookURL, webhook_spec
 from daemon.crawl.document import FORMATS, DocumentOptions
 from daemon.crawl.urls import compile_paths, parse_http_url
 
@@ -27,6 +28,13 @@ BROWSER_FORMATS = frozenset({"screenshot", "screenshot@fullPage", "actions", "br
 LLM_FORMATS = frozenset(
     {"json", "summary", "changeTracking", "query", "question", "highlights", "attributes"}
 )
+INTEGRATIONS = (
+    "dify", "zapier", "pipedream", "raycast", "langchain", "crewai", "llamaindex", "n8n",
+    "camelai", "make", "flowise", "metagpt", "relevanceai", "viasocket", "cli", "hermes",
+    "gstack", "prometheus",
+)  # fmt: skip
+"""Firecrawl's IntegrationEnum (apps/api/src/controllers/v2/types.ts); any other `integration`
+must start with `_`, as Firecrawl's schema says."""
 
 
 class BadRequest(Exception):
@@ -98,7 +106,7 @@ class CrawlRequest(msgspec.Struct, kw_only=True):
     robotsUserAgent: str | None = None
     delay: float | None = None
     maxConcurrency: int | None = None
-    webhook: str | WebhookSpec | None = None
+    webhook: WebhookURL | WebhookSpec | None = None
     scrapeOptions: ScrapeOptions | None = None
     zeroDataRetention: bool = False
 
@@ -135,7 +143,11 @@ def _object(body: bytes) -> dict[str, Any]:
         raise BadRequest([_problem("$", f"request body is not valid JSON: {exc}")]) from None
     if not isinstance(value, dict):
         raise BadRequest([_problem("$", "request body must be a JSON object")])
-    return value
+    try:
+        normalized: dict[str, Any] = integral_floats(value)
+    except RecursionError:
+        raise BadRequest([_problem("$", "request body is nested too deeply")]) from None
+    return normalized
 
 
 def _unknown(raw: dict[str, Any], allowed: frozenset[str], path: str) -> list[dict[str, Any]]:
@@ -150,7 +162,33 @@ def _convert(raw: dict[str, Any], type_: type[T], problems: list[dict[str, Any]]
     try:
         return msgspec.convert(raw, type_)
     except msgspec.ValidationError as exc:
+        # msgspec ends its message with " - at `$.path`": that path names the field.
+        message, _, where = str(exc).rpartition(" - at `")
+        if message and where.endswith("`"):
+            raise BadRequest([*problems, _problem(where[:-1], message)]) from None
         raise BadRequest([*problems, _problem("$", str(exc))]) from None
+
+
+def _client_fields(raw: dict[str, Any], path: str) -> list[dict[str, Any]]:
+    """`origin` (any string, the SDKs send `python-sdk@4.55.0`) and `integration` (Firecrawl's
+    list, or a name starting with `_`) of a request object."""
+    problems = []
+    origin = raw.get("origin")
+    if origin is not None and not isinstance(origin, str):
+        problems.append(_problem(f"{path}.origin", "must be a string"))
+    integration = raw.get("integration")
+    if integration is not None and not (
+        isinstance(integration, str)
+        and (integration.startswith("_") or integration in INTEGRATIONS)
+    ):
+        expected = " | ".join(f"'{v}'" for v in INTEGRATIONS)
+        problems.append(
+            _problem(
+                f"{path}.integration",
+                f"Invalid enum value. Expected {expected}, or a name starting with '_'",
+            )
+        )
+    return problems
 
 
 def _check_url(url: str, path: str) -> list[dict[str, Any]]:
@@ -189,6 +227,8 @@ def check_scrape_options(options: ScrapeOptions, path: str) -> tuple[list[dict[s
         problems.append(_problem(f"{path}.timeout", "milliseconds between 1000 and 300000"))
     if not 0 <= options.waitFor <= 60_000:
         problems.append(_problem(f"{path}.waitFor", "milliseconds between 0 and 60000"))
+    elif options.waitFor and options.timeout and options.waitFor > options.timeout / 2:
+        problems.append(_problem(f"{path}.waitFor", "waitFor must not exceed half of timeout"))
     for field in ("includeTags", "excludeTags"):
         if len(getattr(options, field)) > 100:
             problems.append(_problem(f"{path}.{field}", "at most 100 selectors"))
@@ -223,7 +263,7 @@ class ScrapeRequest(msgspec.Struct, kw_only=True):
 
 def parse_scrape(body: bytes) -> ScrapeRequest:
     raw = _object(body)
-    problems = _unknown(raw, _SCRAPE_KEYS | _SCRAPE_TOP, "$")
+    problems = _unknown(raw, _SCRAPE_KEYS | _SCRAPE_TOP, "$") + _client_fields(raw, "$")
     url = raw.pop("url", None)
     if not isinstance(url, str):
         problems.append(_problem("$.url", "required string"))
@@ -254,9 +294,11 @@ class CrawlPlan(msgspec.Struct, kw_only=True):
 def parse_crawl(body: bytes, *, default_limit: int) -> CrawlPlan:
     raw = _object(body)
     problems = _unknown(raw, frozenset(CrawlRequest.__struct_fields__), "$")
+    problems += _client_fields(raw, "$")
     nested = raw.get("scrapeOptions")
     if isinstance(nested, dict):
         problems += _unknown(nested, _SCRAPE_KEYS, "$.scrapeOptions")
+        problems += _client_fields(nested, "$.scrapeOptions")
     if problems:
         raise BadRequest(problems)
     request = _convert(raw, CrawlRequest, problems)
@@ -331,7 +373,7 @@ class BatchPlan(msgspec.Struct, kw_only=True):
 
 def parse_batch(body: bytes) -> BatchPlan:
     raw = _object(body)
-    problems = _unknown(raw, _SCRAPE_KEYS | _BATCH_TOP, "$")
+    problems = _unknown(raw, _SCRAPE_KEYS | _BATCH_TOP, "$") + _client_fields(raw, "$")
     urls = raw.get("urls")
     if not isinstance(urls, list) or not urls or not all(isinstance(u, str) for u in urls):
         problems.append(_problem("$.urls", "a non-empty list of URL strings"))
@@ -386,6 +428,7 @@ def parse_batch(body: bytes) -> BatchPlan:
 def parse_map(body: bytes) -> MapRequest:
     raw = _object(body)
     problems = _unknown(raw, frozenset(MapRequest.__struct_fields__), "$")
+    problems += _client_fields(raw, "$")
     if problems:
         raise BadRequest(problems)
     request = _convert(raw, MapRequest, problems)
@@ -451,3 +494,46 @@ class FirecrawlError(msgspec.Struct, kw_only=True, omit_defaults=True):
     code: str | None = None
     details: list[dict[str, Any]] | None = None
     detail: Any = None
+
+
+SELF_HOSTED_CREDITS = 99_999_999
+"""What Firecrawl's self-hosted server answers for remaining credits and tokens (its mock
+account when USE_DB_AUTHENTICATION is off): crawld counts no credits either."""
+
+
+class CreditUsageData(msgspec.Struct, kw_only=True):
+    remainingCredits: int
+
+
+class CreditUsage(msgspec.Struct, kw_only=True):
+    success: bool
+    data: CreditUsageData
+
+
+class TokenUsageData(msgspec.Struct, kw_only=True):
+    remainingTokens: int
+
+
+class TokenUsage(msgspec.Struct, kw_only=True):
+    success: bool
+    data: TokenUsageData
+
+
+class QueueStatus(msgspec.Struct, kw_only=True):
+    """Firecrawl's queue counts are of pages (each page is one of its scrape jobs); crawld adds
+    the crawl and batch jobs running and waiting for a `[crawl] max_running_jobs` slot."""
+
+    success: bool
+    jobsInQueue: int
+    activeJobsInQueue: int
+    waitingJobsInQueue: int
+    maxConcurrency: int
+    mostRecentSuccess: str | None
+    runningCrawls: int
+    waitingCrawls: int
+
+
+class ConcurrencyCheck(msgspec.Struct, kw_only=True):
+    success: bool
+    concurrency: int
+    maxConcurrency: int

@@ -196,6 +196,7 @@ class CrawlService:
             result = await engine.fetcher.fetch(request.url, **kw)
         document, _ = await engine.document(result, document_options(request.options),
                                             request.url)  # fmt: skip
+        engine.last_success_ms = self.clock_ms()
         return document
 
     async def map(self, request: MapRequest) -> list[str]:
@@ -212,6 +213,26 @@ class CrawlService:
         if row is None or row.kind != kind:
             raise JobNotFound(job_id)
         await self.jobs.cancel(job_id)
+
+    def fetching(self) -> int:
+        """Pages being fetched right now, over every engine still in use."""
+        return sum(int(e.fetch_slots.borrowed_tokens) for e in self._engines)
+
+    async def queue(self) -> dict[str, Any]:
+        """What /v2/team/queue-status counts: pages (Firecrawl's "jobs" are pages) fetching and
+        waiting over every running crawl and batch, and the crawl jobs running and waiting for
+        a `max_running_jobs` slot."""
+        queued = await self.store.read(crawlstore.queued_pages)
+        fetching = self.fetching()
+        last = max((e.last_success_ms for e in self._engines if e.last_success_ms), default=None)
+        return {
+            "fetching": fetching,
+            "waiting": max(queued - fetching, 0),
+            "max_concurrency": self.config.concurrency,
+            "last_success_ms": last,
+            "jobs_running": sum(1 for r in self.runs.values() if r.started),
+            "jobs_waiting": sum(1 for r in self.runs.values() if not r.started),
+        }
 
     async def status(self) -> dict[str, Any]:
         engine = self.engine

@@ -64,6 +64,15 @@ def running_jobs(conn: Conn, kind: str | None = None) -> list[CrawlJobRow]:
     return [_job_row(r) for r in rows]
 
 
+def queued_pages(conn: Conn) -> int:
+    """Frontier rows still to fetch (those being fetched included) over every running job."""
+    sql = (
+        "SELECT count(*) FROM crawl_frontier f JOIN jobs j ON j.id = f.job_id"
+        " WHERE f.state = 'queued' AND j.status = 'scraping'"
+    )
+    return int(one(conn, sql)[0])
+
+
 def set_kicked_off(conn: Conn, job_id: str) -> None:
     conn.execute("UPDATE crawl_jobs SET kicked_off = 1 WHERE job_id = ?", (job_id,))
 

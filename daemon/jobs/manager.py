@@ -338,6 +338,9 @@ class JobManager:
             lambda c: jobstore.read_rows(c, job_id, skip, limit, max_bytes)
         )
 
+    async def has_error_code(self, job_id: str, code: str) -> bool:
+        return await self.store.read(lambda c: jobstore.has_error_code(c, job_id, code))
+
     async def job_errors(self, job_id: str) -> list[JobError]:
         return await self.store.read(lambda c: jobstore.list_errors(c, job_id))
 

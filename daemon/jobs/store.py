@@ -343,6 +343,14 @@ def list_errors(conn: Conn, job_id: str) -> list[JobError]:
     ]
 
 
+def has_error_code(conn: Conn, job_id: str, code: str) -> bool:
+    """Whether the job has at least one error with `code`."""
+    row = conn.execute(
+        "SELECT 1 FROM job_errors WHERE job_id = ? AND code = ? LIMIT 1", (job_id, code)
+    ).fetchone()
+    return row is not None
+
+
 def read_rows(
     conn: Conn, job_id: str, skip: int, limit: int, max_bytes: int
 ) -> tuple[list[bytes], bool]:

@@ -2,7 +2,9 @@
 # (config.toml, `POST /crawl/start`) and end up in HTTP requests the drainer builds much later, so
 # anything h11 or the receiver would refuse must be refused here, at the edge, with a message
 # naming the field: a header name that is not an RFC 9110 token, a value with CR/LF/NUL (header
-# injection) or a character outside latin-1 (h11 cannot encode it), and sizes that would copy
+# injection) or a character outside ASCII (httpx encodes header values as ASCII, so `café` would
+# pass a latin-1 check and then fail every delivery; RFC 9110 calls non-ASCII obs-text, which a
+# sender should not generate), and sizes that would copy
 # unbounded user input into every stored event. The same checks run again in the drainer on
 # settings stored by an older crawld, where a problem becomes the event's final failure instead
 # of an exception.
@@ -22,7 +24,7 @@ MAX_URL_LENGTH = 2048
 MAX_HEADERS = 32
 MAX_HEADER_NAME = 256
 MAX_HEADERS_BYTES = 8192
-"""Names plus values of all user headers, latin-1 bytes."""
+"""Names plus values of all user headers, ASCII bytes."""
 MAX_METADATA_KEYS = 64
 MAX_METADATA_KEY = 256
 MAX_METADATA_VALUE = 2048
@@ -33,12 +35,39 @@ MIN_SECRET_BYTES = 24
 MAX_SECRET_BYTES = 64
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-# RFC 9110 field-value: visible characters, obs-text (0x80-0xFF), space and tab; so no control
-# characters (CR, LF and NUL included) and nothing above latin-1.
-_BAD_VALUE_CHAR = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]|[^\x00-\xff]")
+# RFC 9110 field-value without obs-text: visible ASCII, space and tab; so no control characters
+# (CR, LF and NUL included) and nothing above 0x7F.
+_BAD_VALUE_CHAR = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]|[^\x00-\x7f]")
 
 _MANAGED_PREFIXES = ("x-firecrawl-", "webhook-")
 _MANAGED_NAMES = frozenset({"content-type", "content-length", "host"})
+
+
+def _any_case(text: str) -> str:
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else re.escape(c) for c in text)
+
+
+# The same rules as JSON-schema patterns, for /openapi.json (and msgspec checks them on decode).
+# The sizes of all headers and metadata together are checked by the functions below only.
+URL_PATTERN = r"^https?://[^/\s]+[^\r\n\x00]*$"
+HEADER_NAME_PATTERN = (
+    "^"
+    + "".join(f"(?!{_any_case(p)})" for p in _MANAGED_PREFIXES)
+    + "".join(f"(?!{_any_case(n)}$)" for n in sorted(_MANAGED_NAMES))
+    + r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+$"
+)
+HEADER_VALUE_PATTERN = r"^[\t\x20-\x7e]*$"
+URL_SCHEMA = {"maxLength": MAX_URL_LENGTH, "pattern": URL_PATTERN}
+HEADERS_SCHEMA = {
+    "maxProperties": MAX_HEADERS,
+    "propertyNames": {"maxLength": MAX_HEADER_NAME, "pattern": HEADER_NAME_PATTERN},
+}
+HEADER_VALUE_SCHEMA = {"pattern": HEADER_VALUE_PATTERN}
+METADATA_SCHEMA = {
+    "maxProperties": MAX_METADATA_KEYS,
+    "propertyNames": {"minLength": 1, "maxLength": MAX_METADATA_KEY},
+}
+METADATA_VALUE_SCHEMA = {"maxLength": MAX_METADATA_VALUE}
 
 
 def _name(text: str) -> str:
@@ -74,8 +103,8 @@ def header_problem(name: str, value: str) -> str | None:
     if bad is not None:
         char = bad.group()
         what = (
-            "a character outside latin-1"
-            if ord(char) > 0xFF
+            "a character outside ASCII (header values are sent as ASCII)"
+            if ord(char) > 0x7F
             else "CR, LF, NUL or another control character"
         )
         return f"headers: the value of {_name(name)} contains {what} (position {bad.start()})"

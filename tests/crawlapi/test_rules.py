@@ -124,7 +124,7 @@ def test_crawl_request_defaults_match_the_sync_sdk() -> None:
         ({"maxConcurrency": 0}, ["$.maxConcurrency"]),
         ({"excludePaths": ["(a"]}, ["$.excludePaths"]),
         ({"webhook": "ftp://x"}, ["$.webhook"]),
-        ({"sitemap": "maybe"}, ["$"]),
+        ({"sitemap": "maybe"}, ["$.sitemap"]),
         ({"a": 1, "b": 2}, ["$.a", "$.b"]),
     ],
 )

@@ -101,6 +101,25 @@ async def test_status_paginates_rows_with_absolute_next_links(
     assert ms(done["expiresAt"]) - ms(done["completedAt"]) == 86_400_000
 
 
+async def test_any_positive_limit_is_taken_and_a_page_stops_at_10_mib(
+    daemon: Daemon, client: httpx.AsyncClient
+) -> None:
+    # Firecrawl takes any positive `limit` (the SDKs and Firecrawl's tests ask for 10000) and
+    # bounds each answer by size instead: 10 MiB of documents, then `next`.
+    jobs: JobManager = daemon.jobs
+    job = await jobs.create_job("crawl", webhook=None, source={})
+    await jobs.page(job, [{"n": n, "pad": "x" * 1_500_000} for n in range(10)])
+    first = await client.get(f"/v2/crawl/{job}", params={"limit": 10000})
+    assert first.status_code == 200, first.text
+    body = first.json()
+    assert [r["n"] for r in body["data"]] == list(range(6))  # 6 x 1.5 MB fit in 10 MiB, 7 do not
+    assert parse_qs(urlsplit(body["next"]).query) == {"skip": ["6"], "limit": ["10000"]}
+    rest = (await client.get(body["next"])).json()
+    assert [r["n"] for r in rest["data"]] == list(range(6, 10)) and "next" not in rest
+    big = await client.get(f"/v2/crawl/{job}", params={"limit": 2**40, "skip": 9})
+    assert [r["n"] for r in big.json()["data"]] == [9]
+
+
 @pytest.mark.parametrize(
     ("method", "path", "status", "error"),
     [

@@ -49,7 +49,8 @@ async def test_a_header_stored_by_an_older_crawld_dead_letters_instead_of_crash_
     errors = await m.job_errors(job)
     assert [e.error for e in errors] == [
         f"webhook event {job}:{seq} ({type_}) was not delivered: invalid webhook settings:"
-        " headers: the value of 'X-Team' contains a character outside latin-1 (position 5)"
+        " headers: the value of 'X-Team' contains a character outside ASCII (header values are sent as ASCII)"
+        " (position 3)"
         for seq, type_ in ((1, "crawl.started"), (2, "crawl.page"), (3, "crawl.completed"))
     ]
     state = await outbox.state(jobstore.stream_name(job))
