@@ -20,7 +20,9 @@ store's PostgreSQL backend sends it). Goal: store >= 0.7x raw for each. The same
 SQLite is printed too (the PostgreSQL/SQLite ratio). Each side gets a fresh schema with the same
 set-up. Rounds are interleaved, figures are medians.
 
-Usage: .venv/bin/python scripts/bench_pg.py [--n N] [--rounds N] [--dsn URL]
+`--driver` compares the two ways to drive psycopg from trio (README "Store backends").
+
+Usage: .venv/bin/python scripts/bench_pg.py [--n N] [--rounds N] [--driver]
        ($CRAWLD_BENCH_PG_DSN, default postgresql://postgres@127.0.0.1:5432/postgres)
 """
 
@@ -262,6 +264,58 @@ async def through_store(n: int, target: Any) -> dict[str, float]:
     return results
 
 
+async def driver_choice(n: int) -> dict[str, float]:
+    """Transactions/s of one small write (BEGIN, an UPDATE, COMMIT) from trio: the sync driver in
+    a worker thread (crawld's shape), psycopg's async API on the asyncio thread crawld runs for
+    aiormq, and, for scale, the sync driver called on the trio thread (blocking the loop)."""
+    import psycopg
+    import trio
+
+    from daemon.asyncio_thread import open_asyncio_thread
+
+    setup = "CREATE TEMP TABLE d(id INT PRIMARY KEY, n BIGINT); INSERT INTO d VALUES (1, 0)"
+    sync = psycopg.Connection.connect(DSN, autocommit=True)
+    sync.execute(setup)
+
+    def tx() -> None:
+        with sync.transaction():
+            sync.execute("UPDATE d SET n = n + 1 WHERE id = 1")
+
+    results = {}
+    start = time.perf_counter()
+    for _ in range(n):
+        await trio.to_thread.run_sync(tx)
+    results["sync driver, trio.to_thread"] = n / (time.perf_counter() - start)
+    start = time.perf_counter()
+    for _ in range(n):
+        tx()
+    results["sync driver on the trio thread (blocks it)"] = n / (time.perf_counter() - start)
+    sync.close()
+
+    async with open_asyncio_thread("bench") as loop:
+        holder: dict[str, Any] = {}
+
+        async def connect() -> None:
+            holder["c"] = await psycopg.AsyncConnection.connect(DSN, autocommit=True)
+            await holder["c"].execute(setup)
+
+        async def atx() -> None:
+            conn = holder["c"]
+            async with conn.transaction():
+                await conn.execute("UPDATE d SET n = n + 1 WHERE id = 1")
+
+        async def close() -> None:
+            await holder["c"].close()
+
+        await loop.run(connect)
+        start = time.perf_counter()
+        for _ in range(n):
+            await loop.run(atx)
+        results["async driver on the asyncio thread"] = n / (time.perf_counter() - start)
+        await loop.run(close)
+    return results
+
+
 def drop(schema: str) -> None:
     import psycopg
 
@@ -274,9 +328,23 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200, help="transactions per area and round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--baseline", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--driver", action="store_true", help="only compare the two ways to drive psycopg"
+    )
     args = parser.parse_args()
     if args.baseline:
         baseline(Path(args.baseline[0]), args.baseline[1], args.baseline[2])
+        return
+    if args.driver:
+        import trio
+
+        driver_runs: dict[str, list[float]] = {}
+        for _ in range(args.rounds):
+            for name, rate in trio.run(driver_choice, args.n * 10).items():
+                driver_runs.setdefault(name, []).append(rate)
+        print(f"one small write transaction at a time, {args.n * 10} per round, medians")
+        for name, rates in driver_runs.items():
+            print(f"{name:44s} {statistics.median(rates):8.0f} tx/s")
         return
 
     import trio
