@@ -15,6 +15,9 @@
    (VmHWM) once every task has finished a run (skip with --tasks 0).
 
 Rounds are interleaved (the broker's fsync rhythm drifts) and medians are printed with ratios.
+5. `--stores sqlite,postgres`: each crawld run also on a PostgreSQL store (a fresh schema of
+   $CRAWLD_BENCH_PG_DSN), printed next to the same run on SQLite.
+
 Needs RabbitMQ (default amqp://guest:guest@127.0.0.1:5672/, or $CRAWLD_BENCH_AMQP_URL).
 Usage: .venv/bin/python scripts/bench_collector.py [--rows N,N] [--window N] [--rounds N]
 """
@@ -71,6 +74,15 @@ base_url = "{base}"
 username = "demo"
 password_env = "BENCH_SIM_PW"
 rate_limit = 1000
+"""
+
+PG_DSN = os.environ.get("CRAWLD_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+STORE_PG = """
+[store]
+kind = "postgres"
+dsn_env = "BENCH_PG_DSN"
+schema = "{schema}"
 """
 
 TASK = """
@@ -130,10 +142,17 @@ class Simulator:
 
 
 async def crawld_rows_per_s(
-    base: str, sim_task: str, rows: int, args: argparse.Namespace, state: Path, kind: str
+    base: str,
+    sim_task: str,
+    rows: int,
+    args: argparse.Namespace,
+    state: Path,
+    kind: str,
+    store: str = "sqlite",
 ) -> tuple[float, float]:
     """(rows/s, CPU seconds of the process) from POST /crawl/start until the last row is in."""
     queue = f"bench-crawld-{uuid.uuid4().hex[:8]}"
+    schema = f"bench_collector_{uuid.uuid4().hex[:8]}"
     url, password = split_url(AMQP_URL)
     os.environ["BENCH_AMQP_PW"] = password
     path = state / "crawld.toml"
@@ -143,6 +162,7 @@ async def crawld_rows_per_s(
                       batches=args.batches, base=base, auto_start="false", kind=kind,
                       max_pending=max(20_000, rows + 1))
         + TASK.format(i=0, task_id=sim_task)
+        + (STORE_PG.format(schema=schema) if store == "postgres" else "")
     )  # fmt: skip
     cfg = config.load(path)
     try:
@@ -171,7 +191,16 @@ async def crawld_rows_per_s(
     finally:
         if kind == "amqp":
             await delete_queue(AMQP_URL, queue)
+        if store == "postgres":
+            drop_schema(schema)
     return rows / elapsed, cpu
+
+
+def drop_schema(schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(PG_DSN, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 def _stored(crawler: TaskCrawler) -> int:
@@ -243,6 +272,7 @@ def _free_port() -> int:
 
 async def main_async(args: argparse.Namespace) -> None:
     os.environ["BENCH_SIM_PW"] = DEMO_PASSWORD
+    os.environ["BENCH_PG_DSN"] = PG_DSN
     sim = Simulator()
     sizes = [int(n) for n in args.rows.split(",")]
     runs: dict[tuple[str, int], list[float]] = {}
@@ -266,13 +296,15 @@ async def main_async(args: argparse.Namespace) -> None:
                         runs.setdefault((mode, rows), []).append(result["rows_per_s"])
                         cpu.setdefault((mode, rows), []).append(result["cpu_seconds"])
                     for kind in args.kinds.split(","):
-                        state = Path(tmp) / f"{kind}{rows}r{round_}"
-                        state.mkdir()
-                        rate, seconds = await crawld_rows_per_s(
-                            sim.base, task_id, rows, args, state, kind
-                        )
-                        runs.setdefault((kind, rows), []).append(rate)
-                        cpu.setdefault((kind, rows), []).append(seconds)
+                        for store in args.stores.split(","):
+                            state = Path(tmp) / f"{kind}{store}{rows}r{round_}"
+                            state.mkdir()
+                            rate, seconds = await crawld_rows_per_s(
+                                sim.base, task_id, rows, args, state, kind, store
+                            )
+                            key = kind if store == "sqlite" else f"{kind}+pg"
+                            runs.setdefault((key, rows), []).append(rate)
+                            cpu.setdefault((key, rows), []).append(seconds)
             if args.tasks:
                 rss_kb = await peak_rss(sim, args.tasks, Path(tmp))
     finally:
@@ -287,6 +319,8 @@ async def main_async(args: argparse.Namespace) -> None:
         "pamqp": "pamqp blocking socket (ceiling)",
         "amqp": "crawld end to end, AMQP",
         "embedded": "crawld end to end, embedded queue",
+        "amqp+pg": "crawld end to end, AMQP, PostgreSQL store",
+        "embedded+pg": "crawld end to end, embedded, PostgreSQL",
     }
     for rows in sizes:
         print(f"-- {rows} rows")
@@ -295,8 +329,11 @@ async def main_async(args: argparse.Namespace) -> None:
                 continue
             rate = statistics.median(runs[key, rows])
             line = f"{label:44s} {rate:8.0f} rows/s  CPU {statistics.median(cpu[key, rows]):5.2f}s"
-            if key != "aiormq" and ("aiormq", rows) in runs and key != "embedded":
+            if key.startswith("amqp") and ("aiormq", rows) in runs:
                 line += f"  {rate / statistics.median(runs['aiormq', rows]):.2f}x raw aiormq"
+            sqlite_key = key.removesuffix("+pg")
+            if key.endswith("+pg") and (sqlite_key, rows) in runs:
+                line += f"  {rate / statistics.median(runs[sqlite_key, rows]):.2f}x on SQLite"
             print(f"{line}  {_runs(runs[key, rows])}")
     if len(sizes) > 1 and all(("embedded", n) in runs for n in sizes):
         small, large = (
@@ -326,6 +363,9 @@ def main() -> None:
     )
     parser.add_argument("--baselines", default="aiormq,pamqp")
     parser.add_argument("--kinds", default="amqp,embedded")
+    parser.add_argument(
+        "--stores", default="sqlite", help="sqlite,postgres: also run crawld on PostgreSQL"
+    )
     parser.add_argument("--tasks", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     trio.run(main_async, parser.parse_args())
