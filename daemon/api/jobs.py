@@ -50,6 +50,9 @@ class CrawlStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
     creditsUsed: int
     createdAt: str
     completedAt: str | None = None
+    """Once the job finished (completed, failed or cancelled)."""
+    duration: float | None = None
+    """Seconds from createdAt to completedAt, once finished (as Firecrawl's status objects)."""
     expiresAt: str
     data: list[Any]
     next: str | None = None
@@ -108,6 +111,9 @@ async def job_status(
         creditsUsed=record.completed,
         createdAt=iso(record.created_ms),
         completedAt=None if record.completed_ms is None else iso(record.completed_ms),
+        duration=None
+        if record.completed_ms is None
+        else round((record.completed_ms - record.created_ms) / 1000, 3),
         expiresAt=iso(record.expires_ms),
         data=[msgspec.Raw(r) for r in rows],
         next=next_url,

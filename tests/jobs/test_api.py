@@ -99,6 +99,8 @@ async def test_status_paginates_rows_with_absolute_next_links(
     done = (await client.get(f"/v2/crawl/{job}", params={"skip": 24})).json()
     assert done["status"] == "completed" and [r["n"] for r in done["data"]] == [24]
     assert ms(done["expiresAt"]) - ms(done["completedAt"]) == 86_400_000
+    elapsed = ms(done["completedAt"]) - ms(done["createdAt"])
+    assert done["duration"] == round(elapsed / 1000, 3) and "duration" not in body
 
 
 async def test_any_positive_limit_is_taken_and_a_page_stops_at_10_mib(
