@@ -146,29 +146,21 @@ def test_a_second_process_on_one_state_dir_refuses_naming_the_first(
     assert proc.poll() is None  # the first one goes on
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0
+
     # a killed holder leaves nothing stuck: the lock went with it
-    proc2 = subprocess.Popen(
-        [sys.executable, "-m", "daemon", "run", "--config", str(path)],
-        env={**env, "NOTIFY_SOCKET": notify_socket.address},
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        while next_message(notify_socket, []).get("READY") != "1":
-            pass
-        proc2.kill()
-        proc2.wait(timeout=30)
-        third = subprocess.Popen(
+    def ready() -> subprocess.Popen[bytes]:
+        started = subprocess.Popen(
             [sys.executable, "-m", "daemon", "run", "--config", str(path)],
             env={**env, "NOTIFY_SOCKET": notify_socket.address},
             stderr=subprocess.DEVNULL,
         )
-        try:
-            while next_message(notify_socket, []).get("READY") != "1":
-                pass
-        finally:
-            third.send_signal(signal.SIGTERM)
-            third.wait(timeout=30)
-    finally:
-        if proc2.poll() is None:
-            proc2.kill()
-            proc2.wait(timeout=30)
+        while next_message(notify_socket, []).get("READY") != "1":
+            pass
+        return started
+
+    killed = ready()
+    killed.kill()
+    killed.wait(timeout=30)
+    after = ready()
+    after.send_signal(signal.SIGTERM)
+    assert after.wait(timeout=30) == 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 _INDEXED_BY = re.compile(r"\s+INDEXED\s+BY\s+\w+", re.IGNORECASE)
@@ -106,39 +107,31 @@ def _quoted_end(sql: str, start: int) -> int:
     return n
 
 
-def _call_end(sql: str, after_name: int) -> int | None:
-    """The index of the `)` closing a call whose `(` follows `after_name` (spaces allowed)."""
-    i, n = after_name, len(sql)
-    if i >= n or sql[i] != "(":
-        return None
-    depth = 0
-    while i < n:
+def _unquoted(sql: str, start: int, stop: int) -> Iterator[tuple[int, str, int]]:
+    """(index, character, paren depth before it) of sql[start:stop] outside quotes."""
+    depth, i = 0, start
+    while i < stop:
         ch = sql[i]
         if ch in "'\"":
             i = _quoted_end(sql, i)
             continue
+        yield i, ch, depth
         if ch == "(":
             depth += 1
         elif ch == ")":
             depth -= 1
-            if depth == 0:
-                return i
         i += 1
+
+
+def _call_end(sql: str, after_name: int) -> int | None:
+    """The index of the `)` closing a call whose `(` follows `after_name`."""
+    if after_name >= len(sql) or sql[after_name] != "(":
+        return None
+    for i, ch, depth in _unquoted(sql, after_name, len(sql)):
+        if ch == ")" and depth == 1:
+            return i
     return None
 
 
 def _top_level_commas(sql: str, open_at: int, close_at: int) -> bool:
-    depth, i = 0, open_at + 1
-    while i < close_at:
-        ch = sql[i]
-        if ch in "'\"":
-            i = _quoted_end(sql, i)
-            continue
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            return True
-        i += 1
-    return False
+    return any(ch == "," and depth == 0 for _, ch, depth in _unquoted(sql, open_at + 1, close_at))

@@ -52,55 +52,8 @@ async def test_newer_schema_is_refused(tmp_path: Path) -> None:
             pass
 
 
-async def test_group_commit_merges_concurrent_writes(tmp_path: Path) -> None:
-    async with open_store(tmp_path / "db") as store:
-        await store.write(lambda c: c.execute("CREATE TABLE t(x INTEGER)"))
-        before = store.stats.transactions
-
-        async def writer(i: int) -> None:
-            await store.write(lambda c: c.execute("INSERT INTO t VALUES (?)", (i,)))
-
-        async with trio.open_nursery() as nursery:
-            for i in range(200):
-                nursery.start_soon(writer, i)
-        count = await store.read(lambda c: c.execute("SELECT count(*) FROM t").fetchone()[0])
-        assert count == 200
-        assert store.stats.transactions - before < 200
-        assert store.stats.largest_group > 1
-
-
-async def test_failing_job_rolls_back_only_itself(tmp_path: Path) -> None:
-    async with open_store(tmp_path / "db") as store:
-        await store.write(lambda c: c.execute("CREATE TABLE t(x INTEGER UNIQUE)"))
-        results: list[str] = []
-
-        async def insert(x: int) -> None:
-            try:
-                await store.write(lambda c: c.execute("INSERT INTO t VALUES (?)", (x,)))
-                results.append(f"ok {x}")
-            except apsw.ConstraintError:
-                results.append(f"dup {x}")
-
-        async with trio.open_nursery() as nursery:
-            for x in (1, 2, 1, 3):
-                nursery.start_soon(insert, x)
-        rows = await store.read(lambda c: c.execute("SELECT x FROM t ORDER BY x").fetchall())
-        assert rows == [(1,), (2,), (3,)]
-        assert sorted(results) == ["dup 1", "ok 1", "ok 2", "ok 3"]
-
-
-async def test_exception_in_write_reaches_caller(tmp_path: Path) -> None:
-    def boom(conn: apsw.Connection) -> None:
-        conn.execute("CREATE TABLE t(x)")
-        raise ValueError("boom")
-
-    async with open_store(tmp_path / "db") as store:
-        with pytest.raises(ValueError, match="boom"):
-            await store.write(boom)
-        tables = await store.read(
-            lambda c: c.execute("SELECT name FROM sqlite_master WHERE name='t'").fetchall()
-        )
-        assert tables == []
+# Group commit, a failing job rolling back only itself and an exception reaching its caller are
+# in test_contract.py, on both backends.
 
 
 async def test_disk_full_fails_only_the_job_that_hit_it(tmp_path: Path) -> None:
