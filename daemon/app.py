@@ -24,7 +24,7 @@ from daemon import __version__, areas, config, metrics
 from daemon.logs import get_logger
 from daemon.outbox import Outbox
 from daemon.runtime import Daemon, Installer
-from daemon.store import StoreUnavailable, backend_for, hold_state_dir, open_store
+from daemon.store import StoreUnavailable, backend_for, open_store
 from daemon.supervise import ComponentState, GaveUp, supervise
 from daemon.systemd import Notifier, run_watchdog
 
@@ -45,18 +45,12 @@ async def run_daemon(
     """Run the daemon until SIGTERM/SIGINT or `request_stop()`; return the exit code."""
     daemon = Daemon(cfg, notifier=notifier or Notifier(), check_secrets=areas.check_secrets)
     areas.check_secrets(cfg)
-    with (
-        contextlib.ExitStack() as held,
-        trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals,
-    ):
-        try:
-            if cfg.store.kind == "sqlite":
-                held.enter_context(hold_state_dir(config.state_dir(cfg)))
-            backend = backend_for(cfg)
-        except StoreUnavailable as exc:
-            daemon.notifier.status(f"cannot start: {exc}")
-            raise
-        async with _opened_store(daemon, backend, cfg.store.group_commit_max) as store:
+    backend = backend_for(cfg)
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async with (
+            _held(daemon, backend),
+            _opened_store(daemon, backend, cfg.store.group_commit_max) as store,
+        ):
             daemon.store = store
             daemon.outbox = Outbox(store)
             for install in installers if installers is not None else areas.installers():
@@ -68,6 +62,22 @@ async def run_daemon(
     daemon.stopped.set()
     log.info("stopped", exit_code=exit_code)
     return exit_code
+
+
+@contextlib.asynccontextmanager
+async def _held(daemon: Daemon, backend: Any) -> AsyncIterator[None]:
+    """backend.hold() (one process per state dir or schema), entered and left in a thread: on
+    PostgreSQL it is a connection of its own."""
+    hold = backend.hold()
+    try:
+        await trio.to_thread.run_sync(hold.__enter__)
+    except StoreUnavailable as exc:
+        daemon.notifier.status(f"cannot start: {exc}")
+        raise
+    try:
+        yield
+    finally:
+        await trio.to_thread.run_sync(hold.__exit__, None, None, None)
 
 
 @contextlib.asynccontextmanager

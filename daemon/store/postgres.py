@@ -59,6 +59,8 @@ RETRY_ALWAYS: tuple[type[BaseException], ...] = (
 """The server rolled the transaction back: running the same group again is safe."""
 
 LOCK_KEY_PREFIX = "crawld:migrate:"
+INSTANCE_LOCK = 0x63726C64
+"""First key of the instance lock ("crld"); the second is hashtext(schema)."""
 
 
 class PgUnavailable(StoreUnavailable):
@@ -337,18 +339,23 @@ class PostgresBackend:
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:
-        """Refuse when another crawld is connected to this schema (`store copy`)."""
+        """Hold this schema's instance lock while inside; StoreUnavailable naming the holder
+        when another crawld (or a `store copy`) has it.
+
+        A session advisory lock on a connection of its own: it dies with its process (kill -9
+        included) or its connection, so a crash never leaves it stuck. One instance per schema
+        until cluster mode lets several share one."""
         conn = connect(self.dsn, self.schema, timeout=self.connect_timeout)
         try:
             row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
-                " AND pid <> pg_backend_pid()",
-                (application_name(self.schema),),
+                "SELECT pg_try_advisory_lock($1::integer, hashtext($2))",
+                (INSTANCE_LOCK, self.schema),
             ).fetchone()
-            if row and row[0]:
+            if not (row and row[0]):
                 raise StoreUnavailable(
-                    f"postgres: {row[0]} connection(s) of a running crawld use schema"
-                    f" {self.schema} at {describe_dsn(self.dsn)}: stop it first"
+                    f"postgres: schema {self.schema} at {describe_dsn(self.dsn)} is in use by"
+                    f" another crawld ({_holder(conn, self.schema)}); one instance per schema:"
+                    " stop it, or give this one another [store] schema"
                 )
             yield
         finally:
@@ -371,6 +378,20 @@ class PostgresBackend:
         if self._pool is not None:
             self._pool.close(timeout=5)
         writer.raw.close()
+
+
+def _holder(conn: psycopg.Connection[Any], schema: str) -> str:
+    """Who holds the instance lock of `schema`, as the server sees the connection."""
+    row = conn.execute(
+        "SELECT a.pid, coalesce(host(a.client_addr), 'local socket'), a.backend_start"
+        " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+        " WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1::bigint::oid"
+        " AND l.objid = (hashtext($2)::bigint & 4294967295)::oid AND l.objsubid = 2",
+        (INSTANCE_LOCK, schema),
+    ).fetchone()
+    if row is None:
+        return "its holder just left"
+    return f"server pid {row[0]}, connected from {row[1]} since {row[2]:%Y-%m-%d %H:%M:%S %Z}"
 
 
 def migrate(conn: psycopg.Connection[Any], schema: str) -> int:

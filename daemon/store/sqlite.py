@@ -156,7 +156,7 @@ class SqliteBackend:
         return {t: [(r[1], r[2]) for r in conn.execute(f"PRAGMA table_info({t})")] for t in tables}
 
     def hold(self) -> contextlib.AbstractContextManager[None]:
-        """Keep every other crawld off this database while inside (`store copy`)."""
+        """Keep every other crawld off this database while inside (the state dir's lock)."""
         return hold_state_dir(self.path.parent)
 
     def after_copy(self, conn: apsw.Connection) -> None:

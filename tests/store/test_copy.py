@@ -142,10 +142,12 @@ async def test_a_running_source_is_refused(tmp_path: Path, pg_schema: tuple[str,
         copy_store(SqliteBackend(tmp_path / "a" / "crawld.db"), pg_backend(*pg_schema))
     async with open_store(pg_backend(*pg_schema)) as store:
         assert await store.read(lambda c: one(c, "SELECT count(*) FROM jobs")[0]) == 0
-    # a running PostgreSQL deployment: another crawld connected to the schema
-    async with open_store(pg_backend(*pg_schema)):
-        with pytest.raises(StoreUnavailable, match="running crawld"):
-            copy_store(pg_backend(*pg_schema), SqliteBackend(tmp_path / "c" / "crawld.db"))
+    # a running PostgreSQL deployment: another crawld holds the schema
+    with (
+        pg_backend(*pg_schema).hold(),
+        pytest.raises(StoreUnavailable, match="in use by another crawld"),
+    ):
+        copy_store(pg_backend(*pg_schema), SqliteBackend(tmp_path / "c" / "crawld.db"))
 
 
 async def test_the_command_exits_0_then_2_with_the_reason(

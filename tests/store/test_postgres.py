@@ -381,3 +381,31 @@ def test_check_config_secrets_reports_the_server(
     down = check("postgresql://x:hunter2@127.0.0.1:9/db?connect_timeout=1")
     assert down.returncode == 2 and "postgres: cannot connect to 127.0.0.1:9/db" in down.stderr
     assert "hunter2" not in down.stderr
+
+
+async def test_a_second_instance_on_one_schema_refuses_naming_the_first(
+    pg_schema: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daemon import config
+    from daemon.app import run_daemon
+    from daemon.systemd import Notifier
+    from tests.conftest import serve_daemon
+
+    dsn, schema = pg_schema
+    monkeypatch.setenv("CRAWLD_TEST_ONE_DSN", dsn)
+    path = tmp_path / "crawld.toml"
+    path.write_text(
+        '[daemon]\nstate_dir = "state"\n[http]\nbind = "127.0.0.1:0"\n[store]\n'
+        f'kind = "postgres"\ndsn_env = "CRAWLD_TEST_ONE_DSN"\nschema = "{schema}"\n'
+    )
+    async with trio.open_nursery() as nursery:
+        first = await serve_daemon(nursery, path)
+        with pytest.raises(StoreUnavailable, match=rf"schema {schema} .* in use by another crawld"):
+            await run_daemon(config.load(path), notifier=Notifier(None))
+        first.request_stop()
+        await first.stopped.wait()
+    # gone with its holder: the next one starts
+    async with trio.open_nursery() as nursery:
+        again = await serve_daemon(nursery, path)
+        again.request_stop()
+        await again.stopped.wait()
