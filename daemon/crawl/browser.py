@@ -196,8 +196,20 @@ def end_stale_browsers() -> int:
     return len(pids)
 
 
+def _pss(entry: Path, page: int) -> int:
+    """Proportional set size (shared pages split among their users), RSS where the kernel has
+    no smaps_rollup: summing RSS would count Chromium's shared code once per process."""
+    try:
+        for line in (entry / "smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int((entry / "statm").read_text().split()[1]) * page
+
+
 def _group_rss(pgid: int, proc: Path = Path("/proc")) -> int:
-    """Resident bytes of every process in process group `pgid`."""
+    """Memory (PSS) of every process in process group `pgid`, in bytes."""
     page = os.sysconf("SC_PAGE_SIZE")
     total = 0
     for entry in proc.iterdir():
@@ -208,7 +220,7 @@ def _group_rss(pgid: int, proc: Path = Path("/proc")) -> int:
             fields = stat[stat.rindex(")") + 2 :].split()
             if int(fields[2]) != pgid:
                 continue
-            total += int((entry / "statm").read_text().split()[1]) * page
+            total += _pss(entry, page)
         except (OSError, ValueError, IndexError):
             continue
     return total

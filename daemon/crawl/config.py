@@ -38,8 +38,8 @@ class BrowserConfig(Section, frozen=True):
     tabs: int = 4
     """Pages rendered at once."""
     max_memory: int = 2 * 1024 * 1024 * 1024
-    """Bytes of resident memory of all the browser's processes; above it the browser is
-    restarted once its pages finish (at 1.5x it is killed at once and its pages fail)."""
+    """Bytes of memory (PSS: shared pages split) of all the browser's processes; above it the
+    browser is restarted once its pages finish (at 1.5x it is killed at once, its pages fail)."""
     restart_after: int = 500
     """Pages rendered by one browser process before it is replaced by a fresh one."""
     sandbox: bool = True

@@ -30,7 +30,7 @@ __all__ = ["NotRenderable", "RenderError", "RenderSpec", "Rendered", "render"]
 
 BROWSER_GONE = "SCRAPE_ALL_ENGINES_FAILED"
 """Firecrawl's code when no engine could produce the page: the browser crashed or is down."""
-QUIET_MS = 250
+QUIET_MS = 100
 QUIET_CAP_MS = 2000
 POLL_SECONDS = 0.1
 
