@@ -205,12 +205,21 @@ async def _render(tab: Tab, url: str, spec: RenderSpec) -> Rendered:
                         network.feed(event)
 
             nursery.start_soon(pump)
+
+            async def browser_gone() -> None:
+                # A page waiting for an event (not a call) would not notice the crash.
+                nonlocal failure
+                await session.conn.closed.wait()
+                failure = CdpClosed("the browser exited")
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(browser_gone)
             try:
                 html, final_url, screenshot, results = await _load_and_act(
                     session, url, spec, network, loaded
                 )
             except Exception as exc:  # raised below, outside the nursery (no exception group)
-                failure = exc
+                failure = failure or exc
             nursery.cancel_scope.cancel()
     if failure is not None:
         raise failure

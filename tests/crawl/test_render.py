@@ -319,3 +319,30 @@ async def test_screenshots_are_images_of_the_page(site: SiteSim, engine: Engine)
         engine, site.url("/js/colors"), formats=[{"type": "screenshot", "quality": 50}]
     )
     assert decode_data_uri(jpeg["screenshot"])[:2] == b"\xff\xd8"
+
+
+async def test_browser_crash_fails_its_pages_with_a_code(
+    site: SiteSim, engine: Engine, running: RunningBrowser
+) -> None:
+    import os
+    import signal
+
+    failures: list[FetchError] = []
+
+    async def hung() -> None:
+        try:
+            await scrape(engine, site.url("/js/hang"), timeout=60000, waitFor=1)
+        except FetchError as exc:
+            failures.append(exc)
+
+    async with trio.open_nursery() as pages:
+        pages.start_soon(hung)
+        with trio.fail_after(20):
+            while site.counts["/js/hang"] == 0 or running.pool.status()["tabs_busy"] == 0:
+                await trio.sleep(0.05)
+        os.kill(running.pool.status()["pid"], signal.SIGKILL)
+    assert [f.code for f in failures] == ["SCRAPE_ALL_ENGINES_FAILED"]
+    assert "crashed" in failures[0].message
+    doc = await scrape(engine, site.url("/js/fetch"))  # the restarted browser serves again
+    assert js_site.FETCHED_ITEMS[0] in doc["markdown"]
+    assert running.pool.counts["crashed"] == 1
