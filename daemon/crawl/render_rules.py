@@ -9,7 +9,6 @@ import re
 from typing import Any, Literal
 
 import msgspec
-from selectolax.lexbor import LexborHTMLParser
 
 __all__ = [
     "MAX_ACTIONS",
@@ -265,38 +264,64 @@ def browser_reasons(
 
 # -- is this page built by scripts? ------------------------------------------------------------
 
-APP_ROOTS = (
-    "#root", "#app", "#__next", "#__nuxt", "#___gatsby", "#svelte", "#main-app", "app-root",
-    "[data-reactroot]", "[ng-app]", "[ng-version]", "[data-v-app]", "[data-server-rendered]",
-)  # fmt: skip
+APP_ROOT_IDS = ("root", "app", "__next", "__nuxt", "___gatsby", "svelte", "main-app")
+APP_ROOT_MARKS = ("data-reactroot", "ng-app", "ng-version", "data-v-app", "data-server-rendered")
 TEXT_THRESHOLD = 200
-"""Characters of visible text below which a page with scripts counts as an empty shell."""
-_NOSCRIPT_JS = re.compile(rb"<noscript[^>]*>(?:(?!</noscript).){0,2000}?javascript", re.I | re.S)
+"""Characters of visible text (whitespace not counted) below which a page with scripts and an
+app root counts as an empty shell."""
 _SCRIPT = re.compile(rb"<script\b", re.I)
-_SPACE = re.compile(r"\s+")
+_BODY = re.compile(rb"<body\b", re.I)
+_TOKEN = re.compile(
+    rb"<(script|style|template|noscript|svg)\b.*?</\1\s*>|<!--.*?-->|<[^>]*>|([^<]+)", re.I | re.S
+)
+_SPACE = re.compile(rb"\s+")
+_NOSCRIPT_JS = re.compile(rb"<noscript[^>]*>(?:(?!</noscript).){0,2000}?javascript", re.I | re.S)
+# No tag context (`<div ... id=`): a literal-led alternation scans fast; a match in text is rare
+# and costs only a render.
+_APP_ROOT = re.compile(
+    rb"<app-root\b|\sid\s*=\s*[\"']?(?:"
+    + b"|".join(re.escape(i.encode()) for i in APP_ROOT_IDS)
+    + rb")(?=[\"'\s>])|\s(?:"
+    + b"|".join(re.escape(m.encode()) for m in APP_ROOT_MARKS)
+    + rb")\b",
+    re.I,
+)
+
+
+def visible_text_length(body: bytes, limit: int = 1 << 30) -> int:
+    """Non-whitespace characters of the page's body outside scripts, styles, templates,
+    noscript and svg (entities count as written), counted up to just past `limit`: a cheap
+    measure, no parse, and a page with real text stops being scanned after its first lines."""
+    start = _BODY.search(body)
+    total = 0
+    for match in _TOKEN.finditer(body, start.start() if start else 0):
+        text = match.group(2)
+        if text:
+            total += len(_SPACE.sub(b"", text))
+            if total > limit:
+                break
+    return total
 
 
 def script_built(body: bytes) -> str | None:
-    """Which signal says the HTML answer needs a browser, or None. Signals, in order:
-    - no `<script>` at all: never (the cheap test that keeps plain pages fast);
+    """Which signal says the HTML answer needs a browser, or None. Regular expressions over the
+    bytes, no parse: plain pages must not pay for the check. Signals, in order:
+    - no `<script>` at all: never;
     - `noscript`: a `<noscript>` asking for JavaScript, and under 1,000 characters of text;
-    - `app-root`: an app mount point (#root, #app, #__next, app-root, [ng-version], …) and
+    - `app-root`: an app mount point (id root, app, __next, __nuxt, ___gatsby, svelte, main-app;
+      <app-root>; data-reactroot, ng-app, ng-version, data-v-app, data-server-rendered) and
       under TEXT_THRESHOLD characters of visible text;
     - `empty-body`: scripts and under 50 characters of visible text."""
     if not _SCRIPT.search(body):
         return None
-    tree = LexborHTMLParser(body)
-    root = tree.body
-    if root is None:
-        return "empty-body"
-    for node in root.css("script, style, template, noscript, svg"):
-        node.decompose()
-    text = _SPACE.sub(" ", root.text(separator=" ")).strip()
-    if _NOSCRIPT_JS.search(body) and len(text) < 1000:
+    noscript = _NOSCRIPT_JS.search(body) is not None
+    app_root = _APP_ROOT.search(body) is not None
+    text = visible_text_length(body, 1000 if noscript else TEXT_THRESHOLD if app_root else 50)
+    if text < 1000 and noscript:
         return "noscript"
-    if len(text) < TEXT_THRESHOLD and tree.css_first(", ".join(APP_ROOTS)) is not None:
+    if text < TEXT_THRESHOLD and app_root:
         return "app-root"
-    if len(text) < 50:
+    if text < 50:
         return "empty-body"
     return None
 

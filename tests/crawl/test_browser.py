@@ -121,7 +121,6 @@ def test_disabled_browser_needs_nothing() -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox check applies to root")
 def test_sandbox_as_root_is_refused_with_the_way_out() -> None:
-    pytest.importorskip("shutil")
     from tests.crawl.conftest import need_chromium
 
     need_chromium()

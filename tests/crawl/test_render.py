@@ -346,3 +346,16 @@ async def test_browser_crash_fails_its_pages_with_a_code(
     doc = await scrape(engine, site.url("/js/fetch"))  # the restarted browser serves again
     assert js_site.FETCHED_ITEMS[0] in doc["markdown"]
     assert running.pool.counts["crashed"] == 1
+
+
+async def test_auto_keeps_the_http_document_when_rendering_fails(
+    site: SiteSim, engine: Engine
+) -> None:
+    site.files["/js/shell-that-hangs"] = (
+        b'<html><body><div id="root">Server text</div><script>while (true) {}</script></body></html>',
+        "text/html",
+    )
+    doc = await scrape(engine, site.url("/js/shell-that-hangs"), timeout=2000)
+    assert doc["metadata"]["engine"] == "http" and "Server text" in doc["markdown"]
+    assert "looks script-built (app-root)" in doc["warning"] and "SCRAPE_TIMEOUT" in doc["warning"]
+    assert engine.maker.renders["fallback"] == 1
