@@ -11,12 +11,17 @@
 # guard accepts is the one connected to (pinned: no second resolution), and everything refused is
 # counted and answered with SOCKS "not allowed", which the page sees as a failed request.
 #
-# The pure part (parsing the SOCKS5 greeting and request) is separate from the trio server so it is
-# tested with plain bytes.
+# The port is on loopback, so any local process could connect: connections from another user
+# (looked up in /proc/net/tcp by the peer's port) are refused before the handshake, so the proxy
+# is not an outbound relay for other accounts of the machine.
+#
+# The pure parts (the SOCKS5 greeting and request, the /proc/net/tcp lookup) are separate from the
+# trio server so they are tested with plain bytes and text.
 from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
 import struct
 from collections import Counter
 from dataclasses import dataclass, field
@@ -117,6 +122,31 @@ def reply(rep: int) -> bytes:
     return bytes([5, rep, 0, 1, 0, 0, 0, 0, 0, 0])
 
 
+def _hex_endpoint(ip: str, port: int) -> str:
+    """An IPv4 endpoint as /proc/net/tcp writes it (address in host byte order, little endian
+    on every Linux this runs on)."""
+    packed = ipaddress.IPv4Address(ip).packed
+    return f"{int.from_bytes(packed, 'little'):08X}:{port:04X}"
+
+
+def socket_owner(table: str, local: tuple[str, int], remote: tuple[str, int]) -> int | None:
+    """The uid owning the TCP socket `local` -> `remote` in /proc/net/tcp text, or None."""
+    want_local, want_remote = _hex_endpoint(*local), _hex_endpoint(*remote)
+    for line in table.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 7 and fields[1] == want_local and fields[2] == want_remote:
+            return int(fields[7])
+    return None
+
+
+def _peer_uid(peer: tuple[str, int], server: tuple[str, int]) -> int | None:
+    try:
+        with open("/proc/net/tcp") as file:
+            return socket_owner(file.read(), peer, server)
+    except OSError:
+        return None
+
+
 def _url_for(request: SocksRequest) -> httpx.URL:
     return httpx.URL(scheme="http", host=request.host, port=request.port, path="/")
 
@@ -153,6 +183,8 @@ class VettingProxy:
 
     async def _serve_closed(self, stream: trio.SocketStream) -> None:
         async with stream:
+            if self._foreign(stream):
+                return
             self.counts["browser_own"] += 1
             with trio.move_on_after(HANDSHAKE_SECONDS):
                 data = b""
@@ -175,8 +207,21 @@ class VettingProxy:
                     return
                 await _send_quietly(stream, reply(REP_NOT_ALLOWED))
 
+    def _foreign(self, stream: trio.SocketStream) -> bool:
+        """A connection from a process of another user (or one that cannot be identified)."""
+        peer = stream.socket.getpeername()
+        server = stream.socket.getsockname()
+        uid = _peer_uid((peer[0], peer[1]), (server[0], server[1]))
+        if uid == os.geteuid():
+            return False
+        self.counts["foreign"] += 1
+        log.warning("proxy connection from another user refused", uid=uid)
+        return True
+
     async def _serve(self, stream: trio.SocketStream) -> None:
         async with stream:
+            if self._foreign(stream):
+                return
             if self._limit.available_tokens == 0:
                 self.counts["busy"] += 1
             async with self._limit:

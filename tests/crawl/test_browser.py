@@ -242,3 +242,57 @@ async def test_browser_traffic_of_its_own_goes_nowhere(nursery: trio.Nursery) ->
     assert any("203.0.113.9" in r for r in browser.proxy.refused)
     assert browser.proxy.counts["tunnels"] == 0
     nursery.cancel_scope.cancel()
+
+
+def test_proxy_knows_who_connected() -> None:
+    from daemon.crawl.proxy import socket_owner
+
+    table = (
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid\n"
+        "   0: 0100007F:A1B2 0100007F:1F90 01 00000000:00000000 00:00000000 00000000  1001 0 1\n"
+        "   1: 0100007F:1F90 0100007F:A1B2 01 00000000:00000000 00:00000000 00000000   0 0 2\n"
+    )
+    assert socket_owner(table, ("127.0.0.1", 0xA1B2), ("127.0.0.1", 8080)) == 1001
+    assert socket_owner(table, ("127.0.0.1", 0xA1B3), ("127.0.0.1", 8080)) is None
+
+
+async def test_proxy_serves_its_own_user(nursery: trio.Nursery) -> None:
+    from daemon.crawl.proxy import VettingProxy
+
+    proxy = VettingProxy(allow_cidrs=("127.0.0.0/8",))
+    await nursery.start(proxy.run)
+    stream = await trio.open_tcp_stream("127.0.0.1", proxy.port)
+    await stream.send_all(b"\x05\x01\x00")
+    assert await stream.receive_some(2) == b"\x05\x00"
+    await stream.aclose()
+    assert proxy.counts["foreign"] == 0
+    nursery.cancel_scope.cancel()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another user")
+async def test_proxy_refuses_other_users(nursery: trio.Nursery) -> None:
+    import shutil
+    import sys
+
+    from daemon.crawl.proxy import VettingProxy
+
+    proxy = VettingProxy(allow_cidrs=("127.0.0.0/8",))
+    await nursery.start(proxy.run)
+    client = (
+        "import socket, sys; s = socket.create_connection(('127.0.0.1', int(sys.argv[1])));"
+        "s.sendall(b'\\x05\\x01\\x00'); s.settimeout(5)\n"
+        "try: print(repr(s.recv(2)))\n"
+        "except ConnectionResetError: print(repr(b''))"
+    )
+    python = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
+    done = await trio.run_process(
+        [python, "-c", client, str(proxy.port)],  # stdlib only: nobody may not read the venv
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        cwd="/",
+        preexec_fn=lambda: os.setuid(65534),  # nobody
+    )
+    assert done.stdout.strip() == b"b''", done.stderr  # closed without an answer
+    assert proxy.counts["foreign"] == 1
+    nursery.cancel_scope.cancel()
