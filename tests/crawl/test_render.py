@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import struct
@@ -359,3 +360,54 @@ async def test_auto_keeps_the_http_document_when_rendering_fails(
     assert doc["metadata"]["engine"] == "http" and "Server text" in doc["markdown"]
     assert "looks script-built (app-root)" in doc["warning"] and "SCRAPE_TIMEOUT" in doc["warning"]
     assert engine.maker.renders["fallback"] == 1
+
+
+async def serve_tls_page(nursery: trio.Nursery, tmp: Any, body: bytes) -> int:
+    """A one-page HTTPS server with a self-signed certificate for tls.test; its port."""
+    import shutil
+    import ssl
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
+
+    cert, key = tmp / "cert.pem", tmp / "key.pem"
+    await trio.run_process(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=tls.test",
+         "-addext", "subjectAltName=DNS:tls.test"],
+        capture_stdout=True, capture_stderr=True,
+    )  # fmt: skip
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(str(cert), str(key))
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nConnection: close\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+    )
+
+    async def handle(stream: trio.SSLStream[trio.SocketStream]) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            async with stream:
+                await stream.receive_some(65536)
+                await stream.send_all(answer)
+
+    listeners = await nursery.start(
+        functools.partial(trio.serve_ssl_over_tcp, handle, 0, context, host="127.0.0.1")
+    )
+    return int(listeners[0].transport_listener.socket.getsockname()[1])
+
+
+async def test_skip_tls_verification(nursery: trio.Nursery, tmp_path: Any) -> None:
+    page = (b'<html><body><div id="root"></div><script>document.getElementById("root")'
+            b'.textContent = "Rendered over TLS"</script></body></html>')  # fmt: skip
+    port = await serve_tls_page(nursery, tmp_path, page)
+    resolver = host_map_resolver({"tls.test": "127.0.0.1"})
+    running = await start_browser(nursery, resolver=resolver)
+    engine = new_engine(
+        CrawlConfig(allow_cidrs=["127.0.0.0/8"], browser=browser_config()), resolver, running.pool
+    )
+    url = f"https://tls.test:{port}/"
+    with pytest.raises(FetchError) as info:
+        await scrape(engine, url, waitFor=1, skipTlsVerification=False)
+    assert info.value.code == "SCRAPE_SSL_ERROR" and "CERT" in info.value.message
+    doc = await scrape(engine, url, waitFor=1, skipTlsVerification=True)
+    assert "Rendered over TLS" in doc["markdown"] and doc["metadata"]["engine"] == "browser"
