@@ -411,3 +411,6 @@ async def test_skip_tls_verification(nursery: trio.Nursery, tmp_path: Any) -> No
     assert info.value.code == "SCRAPE_SSL_ERROR" and "CERT" in info.value.message
     doc = await scrape(engine, url, waitFor=1, skipTlsVerification=True)
     assert "Rendered over TLS" in doc["markdown"] and doc["metadata"]["engine"] == "browser"
+    with pytest.raises(FetchError) as info:  # the exception stayed with that page's tab
+        await scrape(engine, url, waitFor=1, skipTlsVerification=False)
+    assert info.value.code == "SCRAPE_SSL_ERROR"
