@@ -113,6 +113,15 @@ HUB = textwrap.dedent(
 )
 
 
+# `--browser`: crawld with its headless Chromium and render = "auto", to show that pages which
+# need no browser (the site's pages have no scripts) cost the same with a browser configured.
+BROWSER_SECTION = f"""
+[crawl.browser]
+enabled = true
+sandbox = {"false" if os.geteuid() == 0 else "true"}
+"""
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -142,7 +151,7 @@ def proc_status(pid: int, field: str) -> float:
 class Crawld:
     """A crawld process with a fresh state directory."""
 
-    def __init__(self, concurrency: int) -> None:
+    def __init__(self, concurrency: int, browser: bool = False) -> None:
         self.tmp = tempfile.TemporaryDirectory(prefix="bench-crawl-")
         self.port = free_port()
         config = Path(self.tmp.name) / "crawld.toml"
@@ -160,6 +169,7 @@ class Crawld:
             concurrency = {concurrency}
             per_host_concurrency = {concurrency}
             """)
+            + (BROWSER_SECTION if browser else "")
         )
         env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
         self.proc = subprocess.Popen(
@@ -184,8 +194,10 @@ class Crawld:
         self.tmp.cleanup()
 
 
-def crawld_round(site: str, concurrency: int, pages: int) -> tuple[float, float, int]:
-    daemon = Crawld(concurrency)
+def crawld_round(
+    site: str, concurrency: int, pages: int, browser: bool = False
+) -> tuple[float, float, int]:
+    daemon = Crawld(concurrency, browser)
     try:
         t0 = time.perf_counter()
         job = daemon.start({"url": f"{site}/pages/0", "sitemap": "skip", "limit": pages,
@@ -246,6 +258,9 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3, help="0: only the frontier figure")
     parser.add_argument("--frontier", type=int, default=100_000)
+    parser.add_argument(
+        "--browser", action="store_true", help="crawld with [crawl.browser] and render = auto"
+    )
     args = parser.parse_args()
 
     site_port = free_port()
@@ -263,7 +278,7 @@ def main() -> int:
             spider = Path(tmp) / "spider.py"
             spider.write_text(SPIDER)
             for r in range(args.rounds):
-                ours.append(crawld_round(site, args.concurrency, args.pages))
+                ours.append(crawld_round(site, args.concurrency, args.pages, args.browser))
                 theirs.append(scrapy_round(args.scrapy_python, spider, site, args.concurrency))
                 print(f"round {r + 1}: crawld {ours[-1][0]:.0f} pages/s ({ours[-1][2]} pages), "
                       f"scrapy {theirs[-1][0]:.0f} pages/s ({theirs[-1][2]} pages)")  # fmt: skip

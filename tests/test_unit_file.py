@@ -19,6 +19,8 @@ from daemon.config import HttpConfig
 REPO = Path(__file__).resolve().parent.parent
 UNIT = REPO / "systemd" / "crawld.service"
 DROPIN = REPO / "systemd" / "notify-reload.conf"
+BROWSER_DROPIN = REPO / "systemd" / "browser.conf"
+BROWSER_SECURITY_THRESHOLD = 20  # issue 17: with the browser drop-in, at most 2.0
 INSTALL = REPO / "scripts" / "install"
 BINARY = "/usr/local/bin/crawld"
 
@@ -154,6 +156,35 @@ def test_systemd_analyze_security_score(unit_copy: Path) -> None:
     )
     assert result.returncode == 0, f"exposure {match.group(1)} is above the gate\n{result.stdout}"
     assert result.stderr == ""
+
+
+def test_browser_dropin_relaxes_only_what_chromium_needs() -> None:
+    assert service_settings(BROWSER_DROPIN.read_text()) == [
+        ("MemoryDenyWriteExecute", "no"),
+        ("RestrictNamespaces", "user pid net"),
+        ("SystemCallFilter", "chroot"),
+        ("MemoryMax", "4G"),
+    ]
+
+
+def test_verify_and_security_with_the_browser_dropin(unit_copy: Path) -> None:
+    dropin_dir = unit_copy.parent / "crawld.service.d"
+    dropin_dir.mkdir()
+    shutil.copy(BROWSER_DROPIN, dropin_dir / "browser.conf")
+    result = run_analyze("verify", "--man=no", str(unit_copy))
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    # `security --offline` reads one file: the drop-in's lines appended to [Service] (the
+    # [Install] section comes last) stand for the merged unit.
+    text = unit_copy.read_text()
+    extra = "".join(f"{k}={v}\n" for k, v in service_settings(BROWSER_DROPIN.read_text()))
+    unit_copy.write_text(text.replace("\n[Install]\n", f"\n{extra}\n[Install]\n"))
+    result = run_analyze(
+        "security", "--offline=true", f"--threshold={BROWSER_SECURITY_THRESHOLD}", str(unit_copy)
+    )
+    match = re.search(r"Overall exposure level for crawld\.service: (\d+\.\d+)", result.stdout)
+    assert match, result.stdout + result.stderr
+    print(f"systemd-analyze security with browser.conf: {match.group(1)}")
+    assert result.returncode == 0, f"exposure {match.group(1)} is above 2.0\n{result.stdout}"
 
 
 def test_install_script_parses() -> None:

@@ -75,7 +75,7 @@ def scrape_failure(exc: FetchError) -> Response:
 def routes(service: CrawlService) -> list[ApiRoute]:
     async def scrape(request: Request) -> Response:
         try:
-            parsed = models.parse_scrape(await _body(request))
+            parsed = models.parse_scrape(await _body(request), browser=service.browser is not None)
         except models.BadRequest as exc:
             return bad_request(exc)
         try:
@@ -90,7 +90,9 @@ def routes(service: CrawlService) -> list[ApiRoute]:
     async def start_crawl(request: Request) -> Response:
         try:
             plan = models.parse_crawl(
-                await _body(request), default_limit=service.config.default_limit
+                await _body(request),
+                default_limit=service.config.default_limit,
+                browser=service.browser is not None,
             )
             key = _idempotency_key(request)
         except models.BadRequest as exc:
@@ -107,7 +109,7 @@ def routes(service: CrawlService) -> list[ApiRoute]:
 
     async def start_batch(request: Request) -> Response:
         try:
-            plan = models.parse_batch(await _body(request))
+            plan = models.parse_batch(await _body(request), browser=service.browser is not None)
             key = _idempotency_key(request)
             if plan.append_to is not None:
                 _uuid(plan.append_to, "$.appendToId")

@@ -10,7 +10,10 @@ import trio
 
 from daemon import config
 from daemon.crawl.service import CrawlService
+from daemon.logs import get_logger
 from daemon.runtime import Daemon
+
+log = get_logger("crawl")
 
 
 def install(daemon: Daemon) -> None:
@@ -31,6 +34,8 @@ def install(daemon: Daemon) -> None:
 
     async def on_reload(old: config.Config, new: config.Config, change: config.ConfigDiff) -> None:
         if "crawl" in change.sections_changed and new.crawl.enabled:
+            if new.crawl.browser != old.crawl.browser:
+                log.warning("[crawl.browser] changes take effect at the next restart")
             service.configure(new.crawl)
 
     daemon.add_component("crawl", run_crawl)

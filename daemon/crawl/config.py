@@ -3,8 +3,73 @@
 from __future__ import annotations
 
 import ipaddress
+import os
+import shutil
+from typing import Literal
 
 from daemon.config_types import Duration, Section
+
+BROWSER_NAMES = ("chromium", "chromium-headless-shell", "chromium-browser", "google-chrome")
+"""Looked up on PATH, in this order, when `[crawl.browser] executable` is empty."""
+
+
+def find_browser(executable: str) -> str | None:
+    """The browser's path: `executable` itself (a path or a name on PATH), else the first of
+    BROWSER_NAMES on PATH; None when there is none."""
+    if executable:
+        if os.sep in executable:
+            return executable if os.access(executable, os.X_OK) else None
+        return shutil.which(executable)
+    for name in BROWSER_NAMES:
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+class BrowserConfig(Section, frozen=True):
+    """`[crawl.browser]`: the headless Chromium that renders pages needing JavaScript."""
+
+    enabled: bool = False
+    """Start and supervise a headless Chromium (Debian's `chromium`); off: HTTP only."""
+    executable: str = ""
+    """Path or name of the browser; empty: the first of chromium, chromium-headless-shell,
+    chromium-browser, google-chrome found on PATH."""
+    tabs: int = 4
+    """Pages rendered at once."""
+    max_memory: int = 2 * 1024 * 1024 * 1024
+    """Bytes of memory (PSS: shared pages split) of all the browser's processes; above it the
+    browser is restarted once its pages finish (at 1.5x it is killed at once, its pages fail)."""
+    restart_after: int = 500
+    """Pages rendered by one browser process before it is replaced by a fresh one."""
+    sandbox: bool = True
+    """Chromium's own sandbox. It cannot run as root: run crawld as a user (the systemd unit
+    does) or set false (a container that is itself the sandbox)."""
+    max_screenshot_height: int = 16384
+    """Tallest full-page screenshot in CSS pixels (longer pages are cut)."""
+
+    def __post_init__(self) -> None:
+        if self.tabs < 1 or self.restart_after < 1:
+            raise ValueError("tabs and restart_after must be at least 1")
+        if self.max_memory < 64 * 1024 * 1024:
+            raise ValueError("max_memory must be at least 64 MiB (67108864)")
+        if not self.enabled:
+            return
+        if find_browser(self.executable) is None:
+            what = (
+                repr(self.executable)
+                if self.executable
+                else "none of " + ", ".join(BROWSER_NAMES) + " is on PATH"
+            )
+            raise ValueError(
+                f"executable: no browser found ({what}); install Debian's chromium "
+                "(apt-get install chromium) or set [crawl.browser] enabled = false"
+            )
+        if self.sandbox and os.geteuid() == 0:
+            raise ValueError(
+                "sandbox: Chromium cannot use its sandbox as root; run crawld as a user "
+                "(systemd/crawld.service does) or set sandbox = false"
+            )
 
 
 class CrawlConfig(Section, frozen=True):
@@ -30,6 +95,11 @@ class CrawlConfig(Section, frozen=True):
     """`limit` of a crawl that gives none."""
     max_running_jobs: int = 8
     """Crawl and batch jobs running at once; later ones wait their turn."""
+    render: Literal["auto", "always", "never"] = "auto"
+    """With a browser: "auto" renders pages that ask for it (waitFor, actions, screenshot,
+    mobile) or look script-built; "always" renders every HTML page; "never" only those that
+    ask for it."""
+    browser: BrowserConfig = BrowserConfig()
 
     def __post_init__(self) -> None:
         for cidr in self.allow_cidrs:

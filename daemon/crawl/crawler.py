@@ -34,11 +34,13 @@ import trio
 from daemon.clock import EpochClock, wall_ms
 from daemon.crawl import rules
 from daemon.crawl import store as crawlstore
+from daemon.crawl.browser import BrowserPool
 from daemon.crawl.config import CrawlConfig
 from daemon.crawl.document import DocumentOptions, scrape_page
 from daemon.crawl.fetch import Fetcher, FetchError, FetchPolicy, FetchResult, HostGate, Resolver
 from daemon.crawl.metrics import crawl_jobs, crawl_pages
-from daemon.crawl.models import BatchPlan, CrawlPlan, ScrapeOptions, document_options
+from daemon.crawl.models import BatchPlan, CrawlPlan, ScrapeOptions
+from daemon.crawl.pages import PageMaker, PagePlan, page_plan
 from daemon.crawl.robots import Robots, fetch_robots
 from daemon.crawl.sitemap import sitemap_urls
 from daemon.crawl.urls import CrawlScope, dedupe_key, parse_http_url
@@ -131,6 +133,19 @@ class Engine:
     last_success_ms: int | None = None
     """When a page (crawl, batch or /v2/scrape) was last produced: queue-status's
     mostRecentSuccess."""
+    browser: BrowserPool | None = None
+    maker: PageMaker = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.maker = PageMaker(
+            self.fetcher, self.document, browser=self.browser, render_mode=self.config.render,
+            gate=self.gate, cpu=self.cpu,
+        )  # fmt: skip
+
+    def plan(self, options: ScrapeOptions) -> PagePlan:
+        return page_plan(
+            options, self.fetcher.policy.timeout, self.config.browser.max_screenshot_height
+        )
 
     async def document(
         self, result: FetchResult, options: DocumentOptions, source_url: str
@@ -142,16 +157,6 @@ class Engine:
         return await trio.to_thread.run_sync(
             scrape_large_page, result, options, source_url, scrape_id, limiter=self.cpu
         )
-
-
-def fetch_options(options: ScrapeOptions, page_timeout: float) -> dict[str, Any]:
-    """Fetcher.fetch keyword arguments for a request's scrape options (Firecrawl skips TLS
-    verification unless the caller sends headers)."""
-    skip_tls = options.skipTlsVerification
-    if skip_tls is None:
-        skip_tls = not options.headers
-    timeout = options.timeout / 1000 if options.timeout is not None else page_timeout
-    return {"headers": options.headers, "timeout": timeout, "skip_tls_verification": skip_tls}
 
 
 class JobRun:
@@ -206,8 +211,7 @@ class JobRun:
                 ignore_query=request.ignoreQueryParameters,
                 similar=request.deduplicateSimilarURLs,
             )
-        self.doc_options = document_options(options)
-        self.fetch_kw = fetch_options(options, engine.fetcher.policy.timeout)
+        self.page_plan = engine.plan(options)
         self.robots = Robots.allow_all()
         self.concurrency = 1
         self.pace: float | None = None
@@ -391,15 +395,15 @@ class JobRun:
         # waiting for its host's next start: it takes no global slot, so it cannot sit on one.
         slot = engine.fetch_slots if self.pace is None else contextlib.nullcontext()
         try:
-            async with slot:
-                result = await engine.fetcher.fetch(
-                    entry.url,
-                    check_hop=self._check_hop(entry.url),
-                    concurrency=self.max_concurrency,
-                    delay=self.pace,
-                    **self.fetch_kw,
-                )
-            document, links = await engine.document(result, self.doc_options, entry.url)
+            produced = await engine.maker.produce(
+                entry.url,
+                self.page_plan,
+                check_hop=self._check_hop(entry.url),
+                concurrency=self.max_concurrency,
+                delay=self.pace,
+                slot=slot,
+            )
+            result, document, links = produced.result, produced.document, produced.links
         except FetchError as exc:
             return Failed(entry, exc.code, exc.message)
         except Exception as exc:
@@ -525,7 +529,9 @@ def _origin(url: str) -> str:
     return str(parsed.origin())
 
 
-def new_engine(config: CrawlConfig, resolver: Resolver | None = None) -> Engine:
+def new_engine(
+    config: CrawlConfig, resolver: Resolver | None = None, browser: BrowserPool | None = None
+) -> Engine:
     gate = HostGate(config.per_host_concurrency)
     return Engine(
         config=config,
@@ -533,4 +539,5 @@ def new_engine(config: CrawlConfig, resolver: Resolver | None = None) -> Engine:
         gate=gate,
         fetch_slots=trio.CapacityLimiter(config.concurrency),
         job_slots=trio.CapacityLimiter(config.max_running_jobs),
+        browser=browser,
     )

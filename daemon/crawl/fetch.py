@@ -62,8 +62,9 @@ _CALLER_DROPPED = frozenset(
     {"host", "content-length", "transfer-encoding", "connection", "accept-encoding"}
 )
 _TEXT_TYPES = frozenset(
-    {"application/json", "application/xml", "application/xhtml+xml", "application/rss+xml"}
-)
+    {"application/json", "application/xml", "application/xhtml+xml", "application/rss+xml",
+     "application/pdf"}
+)  # fmt: skip
 _HTTPS_CLIENTS = 64
 DNS_CACHE_SECONDS = 60.0
 _GATE_PRUNE_AT = 1024
@@ -135,7 +136,7 @@ def _shown(url: str) -> str:
 
 
 def accepted_content_type(content_type: str) -> bool:
-    """HTML, text/*, JSON and XML are scraped; other types (PDF, images, archives) are not.
+    """HTML, text/*, JSON, XML and PDF are scraped; other types (images, archives) are not.
     A missing Content-Type is accepted (the body is sniffed later)."""
     kind = content_type.split(";", 1)[0].strip().lower()
     return (
@@ -310,6 +311,20 @@ class Fetcher:
         addresses = await self._resolver(host, port)
         self._dns.put(key, addresses, now)
         return addresses
+
+    async def vet(self, url: str) -> None:
+        """The SSRF guard's verdict on `url` alone, as FetchError (CRAWL_DENIAL,
+        SCRAPE_DNS_RESOLUTION_ERROR, SCRAPE_SITE_ERROR), for pages the browser loads itself."""
+        try:
+            target = httpx.URL(url)
+        except httpx.InvalidURL as exc:
+            raise FetchError("SCRAPE_SITE_ERROR", f"invalid URL: {exc}", url) from None
+        try:
+            await vet_url(target, self._allow, resolver=self._resolve)
+        except ResolutionFailed as exc:
+            raise FetchError("SCRAPE_DNS_RESOLUTION_ERROR", exc.reason, url) from None
+        except BlockedAddress as exc:
+            raise FetchError("CRAWL_DENIAL", f"{_shown(url)} refused: {exc.reason}", url) from None
 
     def _client(self, scheme: str, host: str, verify: bool) -> httpx.AsyncClient:
         if scheme == "http":

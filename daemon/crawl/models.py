@@ -17,14 +17,17 @@ import msgspec
 
 from daemon.api.errors import integral_floats
 from daemon.config import WebhookSpec, WebhookURL, webhook_spec
+from daemon.crawl import render_rules
 from daemon.crawl.document import FORMATS, DocumentOptions
+from daemon.crawl.pdf import parsers_problems
 from daemon.crawl.urls import compile_paths, parse_http_url
 
 T = TypeVar("T", bound=msgspec.Struct)
 
 MAX_URL_LENGTH = 8192
 MAX_BATCH_URLS = 10_000
-BROWSER_FORMATS = frozenset({"screenshot", "screenshot@fullPage", "actions", "branding", "audio"})
+SCREENSHOT_FORMATS = frozenset({"screenshot", "screenshot@fullPage"})
+BROWSER_FORMATS = frozenset({"actions", "branding", "audio"})
 LLM_FORMATS = frozenset(
     {"json", "summary", "changeTracking", "query", "question", "highlights", "attributes"}
 )
@@ -70,13 +73,14 @@ class ScrapeOptions(msgspec.Struct, kw_only=True):
     maxAge: int | None = None
     minAge: int | None = None
     proxy: str | None = None
-    parsers: list[Any] | None = None
     location: dict[str, Any] | None = None
     lockdown: bool | None = None
     useMock: str | None = None
     profile: dict[str, Any] | None = None
     integration: str | None = None
     auditMetadata: dict[str, Any] | None = None
+    # Served: PDF parsing, and with [crawl.browser] the browser's options.
+    parsers: list[Any] | None = None
     # Refused when set to something that needs a browser or an LLM.
     actions: list[Any] | None = None
     redactPII: bool | dict[str, Any] | None = None
@@ -199,8 +203,12 @@ def _check_url(url: str, path: str) -> list[dict[str, Any]]:
     return []
 
 
-def check_scrape_options(options: ScrapeOptions, path: str) -> tuple[list[dict[str, Any]], str]:
-    """Problems (400) and a warning text for the options crawld accepts but ignores."""
+def check_scrape_options(
+    options: ScrapeOptions, path: str, *, browser: bool = False
+) -> tuple[list[dict[str, Any]], str]:
+    """Problems (400) and a warning text for the options crawld accepts but ignores.
+    `browser`: a browser is configured ([crawl.browser] enabled), so screenshots, actions,
+    waitFor, mobile and location.languages are served."""
     problems: list[dict[str, Any]] = []
     warnings: list[str] = []
     for i, fmt in enumerate(options.formats):
@@ -208,6 +216,11 @@ def check_scrape_options(options: ScrapeOptions, path: str) -> tuple[list[dict[s
         where = f"{path}.formats[{i}]"
         if not isinstance(name, str):
             problems.append(_problem(where, "a format is a string or an object with `type`"))
+        elif name in SCREENSHOT_FORMATS:
+            if not browser:
+                problems.append(
+                    _problem(where, f"format {name!r} needs a browser; [crawl.browser] is off")
+                )
         elif name in BROWSER_FORMATS:
             problems.append(_problem(where, f"format {name!r} needs a browser; crawld has none"))
         elif name in LLM_FORMATS:
@@ -216,8 +229,15 @@ def check_scrape_options(options: ScrapeOptions, path: str) -> tuple[list[dict[s
             problems.append(
                 _problem(where, f"unknown format {name[:50]!r}; supported: {sorted(FORMATS)}")
             )
-    if options.actions:
-        problems.append(_problem(f"{path}.actions", "actions need a browser; crawld has none"))
+    if browser:
+        problems += render_rules.screenshot_spec(options.formats, path)[1]
+        problems += render_rules.parse_actions(options.actions, f"{path}.actions",
+                                               options.waitFor)[1]  # fmt: skip
+    elif options.actions:
+        problems.append(
+            _problem(f"{path}.actions", "actions need a browser; [crawl.browser] is off")
+        )
+    problems += parsers_problems(options.parsers, f"{path}.parsers")
     for key in ("redactPII", "checkPromptInjection", "domainTools"):
         if getattr(options, key):
             problems.append(_problem(f"{path}.{key}", f"{key} needs an LLM; crawld has none"))
@@ -232,14 +252,25 @@ def check_scrape_options(options: ScrapeOptions, path: str) -> tuple[list[dict[s
     for field in ("includeTags", "excludeTags"):
         if len(getattr(options, field)) > 100:
             problems.append(_problem(f"{path}.{field}", "at most 100 selectors"))
-    if options.waitFor:
-        warnings.append("waitFor is ignored: crawld fetches pages without running scripts")
-    if options.mobile:
-        warnings.append("mobile is ignored: crawld sends one user agent")
+    timeout = options.timeout
+    if options.waitFor and timeout is not None and options.waitFor > timeout / 2:
+        problems.append(_problem(f"{path}.waitFor", "waitFor must not exceed half of timeout"))
+    if options.waitFor and not browser:
+        warnings.append("waitFor is ignored: [crawl.browser] is off, pages are not rendered")
+    if options.mobile and not browser:
+        warnings.append("mobile is ignored: [crawl.browser] is off, pages are not rendered")
     if options.proxy in ("stealth", "enhanced"):
         warnings.append(f"proxy {options.proxy!r} is ignored: crawld fetches directly")
-    if options.location:
-        warnings.append("location is ignored: crawld fetches from where it runs")
+    location = options.location or {}
+    languages = location.get("languages")
+    if languages is not None and (
+        not isinstance(languages, list)
+        or len(languages) > 10
+        or not all(isinstance(x, str) and 0 < len(x) <= 35 for x in languages)
+    ):
+        problems.append(_problem(f"{path}.location.languages", "a list of language tags"))
+    if location.get("country"):
+        warnings.append("location.country is ignored: crawld fetches from where it runs")
     return problems, " ".join(warnings)
 
 
@@ -261,7 +292,7 @@ class ScrapeRequest(msgspec.Struct, kw_only=True):
     warning: str = ""
 
 
-def parse_scrape(body: bytes) -> ScrapeRequest:
+def parse_scrape(body: bytes, *, browser: bool = False) -> ScrapeRequest:
     raw = _object(body)
     problems = _unknown(raw, _SCRAPE_KEYS | _SCRAPE_TOP, "$") + _client_fields(raw, "$")
     url = raw.pop("url", None)
@@ -272,7 +303,7 @@ def parse_scrape(body: bytes) -> ScrapeRequest:
     zdr = raw.pop("zeroDataRetention", False)
     raw.pop("origin", None)
     options = _convert({k: v for k, v in raw.items() if k in _SCRAPE_KEYS}, ScrapeOptions, problems)
-    more, warning = check_scrape_options(options, "$")
+    more, warning = check_scrape_options(options, "$", browser=browser)
     problems += more
     if problems:
         raise BadRequest(problems)
@@ -291,7 +322,7 @@ class CrawlPlan(msgspec.Struct, kw_only=True):
     warning: str = ""
 
 
-def parse_crawl(body: bytes, *, default_limit: int) -> CrawlPlan:
+def parse_crawl(body: bytes, *, default_limit: int, browser: bool = False) -> CrawlPlan:
     raw = _object(body)
     problems = _unknown(raw, frozenset(CrawlRequest.__struct_fields__), "$")
     problems += _client_fields(raw, "$")
@@ -304,7 +335,7 @@ def parse_crawl(body: bytes, *, default_limit: int) -> CrawlPlan:
     request = _convert(raw, CrawlRequest, problems)
     problems += _check_url(request.url, "$.url")
     options = request.scrapeOptions or ScrapeOptions()
-    more, warning = check_scrape_options(options, "$.scrapeOptions")
+    more, warning = check_scrape_options(options, "$.scrapeOptions", browser=browser)
     problems += more
     if request.prompt:
         problems.append(_problem("$.prompt", "prompt needs an LLM; crawld has none"))
@@ -371,7 +402,7 @@ class BatchPlan(msgspec.Struct, kw_only=True):
     warning: str = ""
 
 
-def parse_batch(body: bytes) -> BatchPlan:
+def parse_batch(body: bytes, *, browser: bool = False) -> BatchPlan:
     raw = _object(body)
     problems = _unknown(raw, _SCRAPE_KEYS | _BATCH_TOP, "$") + _client_fields(raw, "$")
     urls = raw.get("urls")
@@ -394,7 +425,7 @@ def parse_batch(body: bytes) -> BatchPlan:
     if urls and not valid and not problems:
         problems.append(_problem("$.urls", "No valid URLs provided"))
     options = _convert({k: v for k, v in raw.items() if k in _SCRAPE_KEYS}, ScrapeOptions, problems)
-    more, warning = check_scrape_options(options, "$")
+    more, warning = check_scrape_options(options, "$", browser=browser)
     problems += more
     append_to = raw.get("appendToId")
     if append_to is not None and not isinstance(append_to, str):

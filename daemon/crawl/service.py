@@ -16,11 +16,13 @@ import trio
 from daemon.clock import EpochClock, wall_ms
 from daemon.crawl import store as crawlstore
 from daemon.crawl.batch import batch_candidates
+from daemon.crawl.browser import BrowserPool
 from daemon.crawl.config import CrawlConfig
-from daemon.crawl.crawler import Engine, JobRun, fetch_options, new_engine
+from daemon.crawl.crawler import Engine, JobRun, new_engine
 from daemon.crawl.fetch import Resolver
 from daemon.crawl.mapper import map_site
-from daemon.crawl.models import BatchPlan, CrawlPlan, MapRequest, ScrapeRequest, document_options
+from daemon.crawl.models import BatchPlan, CrawlPlan, MapRequest, ScrapeRequest
+from daemon.crawl.proxy import VettingProxy
 from daemon.jobs import store as jobstore
 from daemon.jobs.manager import JobManager
 from daemon.jobs.store import JobFinished, JobNotFound
@@ -47,7 +49,19 @@ class CrawlService:
         self.jobs = jobs
         self.clock_ms = clock_ms
         self.resolver = resolver
-        self.engine = new_engine(config, resolver)
+        self.proxy: VettingProxy | None = None
+        self.browser: BrowserPool | None = None
+        if config.browser.enabled:
+            self.proxy = VettingProxy(
+                allow_cidrs=tuple(config.allow_cidrs),
+                resolver=resolver,
+                connect_timeout=float(config.connect_timeout),
+            )
+            proxy = self.proxy
+            self.browser = BrowserPool(
+                config.browser, lambda: proxy.port, lambda: proxy.closed_port
+            )
+        self.engine = new_engine(config, resolver, self.browser)
         self._engines: list[Engine] = [self.engine]
         self.runs: dict[str, JobRun] = {}
         self._nursery: trio.Nursery | None = None
@@ -61,7 +75,9 @@ class CrawlService:
         self.config = config
         if resolver is not None:
             self.resolver = resolver
-        self.engine = new_engine(config, self.resolver)
+            if self.proxy is not None:
+                self.proxy.resolver = resolver
+        self.engine = new_engine(config, self.resolver, self.browser)
         self._engines.append(self.engine)
 
     # -- running ---------------------------------------------------------------------------
@@ -71,6 +87,9 @@ class CrawlService:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                if self.proxy is not None and self.browser is not None:
+                    await nursery.start(self.proxy.run)
+                    await nursery.start(self.browser.run)
                 rows = await self.store.read(crawlstore.running_jobs)
                 for row in rows:
                     await self.jobs.attach(row.job_id)
@@ -191,13 +210,11 @@ class CrawlService:
         """The document of one URL (robots.txt is not consulted, as in Firecrawl); FetchError
         with Firecrawl's code when it cannot be fetched."""
         engine = self.engine
-        kw = fetch_options(request.options, engine.fetcher.policy.timeout)
-        async with engine.fetch_slots:
-            result = await engine.fetcher.fetch(request.url, **kw)
-        document, _ = await engine.document(result, document_options(request.options),
-                                            request.url)  # fmt: skip
+        produced = await engine.maker.produce(
+            request.url, engine.plan(request.options), slot=engine.fetch_slots
+        )
         engine.last_success_ms = self.clock_ms()
-        return document
+        return produced.document
 
     async def map(self, request: MapRequest) -> list[str]:
         return await map_site(self.engine.fetcher, request)
@@ -246,6 +263,9 @@ class CrawlService:
             "fetches_in_flight": int(engine.fetch_slots.borrowed_tokens),
             "host_gates": {h: n for h, n in hosts.items() if n},
             "jobs": {job_id: run.status() for job_id, run in list(self.runs.items())},
+            "renders": dict(engine.maker.renders),
+            "browser": self.browser.status() if self.browser is not None else None,
+            "browser_proxy": dict(self.proxy.counts) if self.proxy is not None else None,
         }
 
 

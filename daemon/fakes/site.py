@@ -24,6 +24,7 @@
 #   /status/404, /status/500, /slow (answers after `slow_seconds`), /large (`large_bytes`)
 #   /files/doc.pdf, /files/image.png, /files/data.json, /files/notes.txt
 #   /rich                  nav, footer, article, code, table, base64 image, og/meta tags
+#   /js/...                script-built pages for rendering (daemon/fakes/js_site.py)
 #   /robots.txt, /sitemap.xml and /sitemap_index.xml (index), /sitemap-pages.xml,
 #   /sitemap-orphans.xml.gz;  /_site/stats: the request log as JSON (not itself logged)
 # blog.site.test: / and /posts/{k}, linked from the home page (allowSubdomains).
@@ -47,6 +48,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from daemon.api.server import serve_app
+from daemon.fakes import js_site
 from daemon.jobs.ssrf import Resolver
 from daemon.logs import get_logger, setup_logging
 
@@ -90,6 +92,10 @@ class SiteSim:
     """Serve this robots.txt instead of the generated one."""
     paragraphs: int = 4
     """Paragraphs of filler text per tree page (page weight for benchmarks)."""
+    files: dict[str, tuple[bytes, str]] = field(default_factory=dict)
+    """Extra answers by path, (body, media type): what a test serves (PDFs it made)."""
+    headers_by_path: dict[str, dict[str, str]] = field(default_factory=dict)
+    """The last request headers seen per "host path" (tests check what a browser sent)."""
     hits: list[Hit] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
     """Requests per path (query included, any host)."""
@@ -146,6 +152,7 @@ class SiteSim:
         full = path + (f"?{request.url.query}" if request.url.query else "")
         self.hits.append(Hit(host=host, path=full, at=trio.current_time()))
         self.counts[full] += 1
+        self.headers_by_path[f"{host} {full}"] = dict(request.headers)
         origin = f"http://{host_header}"
         if host == "blog.site.test":
             return self._blog(path)
@@ -198,9 +205,14 @@ class SiteSim:
             "/redirect/out": lambda: _redirect(OUT_OF_SCOPE_URL),
             "/redirect/www": lambda: _redirect(f"http://www.{_with_port(host_header)}/pages/1"),
         }
+        if path in self.files:
+            body, media_type = self.files[path]
+            return Response(body, media_type=media_type or None)
         handler = static.get(path)
         if handler is not None:
             return handler()
+        if path.startswith("/js/") and (scripted := js_site.page(path)) is not None:
+            return Response(scripted[0], media_type=scripted[1])
         if path == "/slow":
             with trio.move_on_after(self.slow_seconds):
                 await self.closing.wait()

@@ -142,7 +142,7 @@ async def test_size_cap(site: SiteSim, fetcher: Fetcher) -> None:
 @pytest.mark.parametrize(
     ("path", "ok"),
     [
-        ("/files/doc.pdf", False),
+        ("/files/doc.pdf", True),  # PDFs are fetched and parsed (daemon/crawl/pdf.py)
         ("/files/image.png", False),
         ("/files/data.json", True),
         ("/files/notes.txt", True),
@@ -168,7 +168,7 @@ async def test_content_types(site: SiteSim, fetcher: Fetcher, path: str, ok: boo
         ("application/xml", True),
         ("application/atom+xml", True),
         ("", True),
-        ("application/pdf", False),
+        ("application/pdf", True),
         ("image/png", False),
         ("application/octet-stream", False),
     ],
@@ -294,7 +294,7 @@ async def test_outcomes_are_counted(site: SiteSim, fetcher: Fetcher) -> None:
     unsupported = fetches.labels("SCRAPE_UNSUPPORTED_FILE_ERROR")._value.get()
     await fetcher.fetch(site.url("/about"))
     with pytest.raises(FetchError):
-        await fetcher.fetch(site.url("/files/doc.pdf"))
+        await fetcher.fetch(site.url("/files/image.png"))
     assert fetches.labels("ok")._value.get() == ok + 1
     assert fetches.labels("SCRAPE_UNSUPPORTED_FILE_ERROR")._value.get() == unsupported + 1
 

@@ -1,0 +1,198 @@
+"""Rendering throughput and memory: crawld's browser engine next to a minimal Playwright script
+(scripts/render_baseline.py, its own process and interpreter, nothing from crawld) rendering the
+same script-built pages with the same Chromium and the same number of tabs. Not a test.
+
+Each round, for 4 and 8 tabs: a fresh `crawld run` with [crawl.browser] (tabs = N) batch-scrapes
+the site's /js/bench/{i} pages (render "auto": each page is fetched over HTTP, found script-built
+and rendered; and render "always": rendered straight away), timed from the POST to `completed`;
+peak memory is the PSS sum of crawld and every process of its browser. Then the baseline renders
+the same URLs.
+Also the screenshot rate (formats ["screenshot"]) at 4 tabs. Medians over rounds, ratios printed.
+
+    python scripts/bench_render.py --playwright-python /path/to/venv/bin/python [--pages 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from render_baseline import tree_rss  # noqa: E402  (the baseline's own process-tree sampler)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_up(url: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(url, timeout=2, trust_env=False).status_code < 500:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(url)
+        time.sleep(0.05)
+
+
+def browser_path() -> str:
+    from daemon.crawl.browser import real_executable
+    from daemon.crawl.config import find_browser
+
+    found = find_browser("")
+    if found is None:
+        sys.exit("no Chromium on PATH (apt-get install chromium)")
+    return real_executable(found)
+
+
+class Sampler:
+    """Peak RSS of a process tree, sampled every 100 ms in a thread."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.peak, self._stop = pid, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, tree_rss(self.pid))
+            time.sleep(0.1)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.peak / 2**20
+
+
+def crawld_round(
+    urls: list[str], tabs: int, render: str, formats: list[str]
+) -> tuple[float, float]:
+    with tempfile.TemporaryDirectory(prefix="bench-render-") as tmp:
+        port = free_port()
+        config = Path(tmp) / "crawld.toml"
+        sandbox = "false" if os.geteuid() == 0 else "true"
+        config.write_text(
+            textwrap.dedent(f"""
+            [daemon]
+            state_dir = "state"
+            log_level = "warning"
+            [http]
+            bind = "127.0.0.1:{port}"
+            [collector]
+            enabled = false
+            [crawl]
+            allow_cidrs = ["127.0.0.0/8"]
+            concurrency = {max(tabs, 8)}
+            per_host_concurrency = {max(tabs, 8)}
+            render = "{render}"
+            [crawl.browser]
+            enabled = true
+            tabs = {tabs}
+            sandbox = {sandbox}
+            restart_after = 100000
+            """)
+        )
+        env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "daemon", "run", "--config", str(config)], cwd=ROOT, env=env
+        )
+        try:
+            base = f"http://127.0.0.1:{port}"
+            wait_up(base + "/healthz")
+            sampler = Sampler(proc.pid)
+            with httpx.Client(base_url=base, trust_env=False, timeout=120) as client:
+                t0 = time.perf_counter()
+                body = {"urls": urls, "formats": formats, "maxConcurrency": tabs}
+                job = client.post("/v2/batch/scrape", json=body).json()["id"]
+                while (status := client.get(f"/v2/batch/scrape/{job}", params={"limit": 1}).json())[
+                    "status"
+                ] == "scraping":
+                    time.sleep(0.05)
+                seconds = time.perf_counter() - t0
+                peak = sampler.stop()
+                if status["completed"] != len(urls):
+                    errors = client.get(f"/v2/batch/scrape/{job}/errors").json()["errors"][:3]
+                    sys.exit(f"crawld rendered {status['completed']} of {len(urls)}: {errors}")
+                sample = client.get(f"/v2/batch/scrape/{job}", params={"limit": 1}).json()["data"][
+                    0
+                ]
+                assert sample["metadata"]["engine"] == "browser", sample["metadata"]
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    return len(urls) / seconds, peak
+
+
+def baseline_round(python: str, executable: str, urls: list[str], tabs: int) -> tuple[float, float]:
+    out = subprocess.run(
+        [python, str(ROOT / "scripts" / "render_baseline.py"), executable, str(tabs), *urls],
+        capture_output=True, text=True, check=True, timeout=600,
+    )  # fmt: skip
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return result["pages"] / result["seconds"], result["peak_mib"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--playwright-python", required=True,
+                        help="an interpreter with playwright installed (the baseline)")  # fmt: skip
+    parser.add_argument("--pages", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tabs", type=int, nargs="*", default=[4, 8])
+    args = parser.parse_args()
+    executable = browser_path()
+    site_port = free_port()
+    site = subprocess.Popen(
+        [sys.executable, "-m", "daemon.fakes.site", "--bind", f"127.0.0.1:{site_port}",
+         "--processes", "2"],
+        cwd=ROOT, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_up(f"http://127.0.0.1:{site_port}/robots.txt")
+        urls = [f"http://127.0.0.1:{site_port}/js/bench/{i}" for i in range(args.pages)]
+        print(f"{args.pages} script-built pages, {executable}, {args.rounds} rounds (medians)")
+        for tabs in args.tabs:
+            rows: dict[str, list[tuple[float, float]]] = {"auto": [], "always": [], "pw": []}
+            for _ in range(args.rounds):  # interleaved, so load on the machine hits all alike
+                rows["auto"].append(crawld_round(urls, tabs, "auto", ["markdown"]))
+                rows["always"].append(crawld_round(urls, tabs, "always", ["markdown"]))
+                rows["pw"].append(baseline_round(args.playwright_python, executable, urls, tabs))
+            med = {k: (statistics.median(r for r, _ in v), statistics.median(m for _, m in v))
+                   for k, v in rows.items()}  # fmt: skip
+            pw_rate, pw_mem = med["pw"]
+            print(f"\n{tabs} tabs:        pages/s   peak MiB   vs Playwright")
+            for name, label in (("auto", "crawld auto"), ("always", "crawld always"),
+                                ("pw", "Playwright")):  # fmt: skip
+                rate, mem = med[name]
+                print(f"  {label:<14} {rate:7.1f}   {mem:8.0f}   {rate / pw_rate:5.2f}x pages/s,"
+                      f" {mem / pw_mem:4.2f}x memory")  # fmt: skip
+        shots = [crawld_round(urls[:100], 4, "auto", ["screenshot"]) for _ in range(args.rounds)]
+        print(
+            f"\nscreenshots (1920x1080 PNG, 4 tabs): {statistics.median(r for r, _ in shots):.1f}/s"
+        )
+    finally:
+        site.terminate()
+        site.wait(10)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""PDF answers become documents: text per page, title and numPages, Firecrawl's `parsers`, the
+size cap, and clear errors for encrypted and broken files. The PDFs are made by the tests."""
+
+from __future__ import annotations
+
+import base64
+import functools
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+
+from daemon.crawl.config import CrawlConfig
+from daemon.crawl.crawler import Engine, new_engine
+from daemon.crawl.fetch import FetchError
+from daemon.crawl.models import BadRequest, ScrapeOptions, parse_scrape
+from daemon.crawl.pdf import PdfOptions, pdf_document, pdf_options
+from daemon.fakes.site import SiteSim, host_map_resolver, serve_site
+from tests.crawl.pdfs import encrypt_pdf, make_pdf
+
+REPORT = make_pdf(["First page text", "Second page text", "Third page text"], title="Q3 Report")
+
+
+def test_pdf_text_per_page_title_and_count() -> None:
+    markdown, metadata = pdf_document(REPORT, PdfOptions())
+    assert metadata == {"numPages": 3, "title": "Q3 Report"}
+    assert markdown.index("## Page 1") < markdown.index("First page text")
+    assert markdown.index("## Page 3") < markdown.index("Third page text")
+    markdown, metadata = pdf_document(REPORT, PdfOptions(max_pages=2))
+    assert "Second page text" in markdown and "Third" not in markdown
+    assert metadata["numPages"] == 3
+
+
+def test_single_page_pdf_has_no_page_heading() -> None:
+    markdown, metadata = pdf_document(make_pdf(["Only page"]), PdfOptions())
+    assert markdown == "Only page" and metadata == {"numPages": 1}
+
+
+@pytest.mark.parametrize(
+    ("parsers", "options"),
+    [
+        (None, PdfOptions()),
+        ([], PdfOptions(parse=False)),
+        (["pdf"], PdfOptions()),
+        ([{"type": "pdf", "maxPages": 2}], PdfOptions(max_pages=2)),
+    ],
+)
+def test_parsers_option(parsers: list[Any] | None, options: PdfOptions) -> None:
+    assert pdf_options(parsers) == options
+
+
+def test_bad_parsers_are_a_400() -> None:
+    body = {"url": "https://example.com/a.pdf", "parsers": [{"type": "pdf", "maxPages": 0}]}
+    with pytest.raises(BadRequest) as info:
+        parse_scrape(msgspec.json.encode(body))
+    assert info.value.details[0]["path"] == "$.parsers[0].maxPages"
+
+
+@pytest.fixture
+async def site(nursery: trio.Nursery) -> AsyncIterator[SiteSim]:
+    sim = SiteSim(pages=5)
+    sim.files["/files/report.pdf"] = (REPORT, "application/pdf")
+    sim.files["/files/locked.pdf"] = (encrypt_pdf(REPORT), "application/pdf")
+    sim.files["/files/broken.pdf"] = (REPORT[: len(REPORT) // 3], "application/pdf")
+    sim.files["/files/untyped"] = (REPORT, "")  # no Content-Type at all
+    stop = trio.Event()
+    await nursery.start(functools.partial(serve_site, sim, shutdown=stop))
+    yield sim
+    stop.set()
+
+
+def engine(max_bytes: int = 1024 * 1024) -> Engine:
+    config = CrawlConfig(allow_cidrs=["127.0.0.0/8"], max_bytes=max_bytes)
+    return new_engine(config, host_map_resolver())
+
+
+async def scrape(engine: Engine, url: str, **options: Any) -> dict[str, Any]:
+    opts = msgspec.convert(options, ScrapeOptions)
+    return (await engine.maker.produce(url, engine.plan(opts))).document
+
+
+async def test_pdf_url_becomes_a_document(site: SiteSim) -> None:
+    doc = await scrape(engine(), site.url("/files/report.pdf"), formats=["markdown", "html"])
+    assert "Second page text" in doc["markdown"] and "## Page 2" in doc["markdown"]
+    meta = doc["metadata"]
+    assert meta["title"] == "Q3 Report" and meta["numPages"] == 3 and meta["engine"] == "pdf"
+    assert meta["contentType"] == "application/pdf" and meta["statusCode"] == 200
+    doc = await scrape(engine(), site.url("/files/untyped"))  # sniffed by its magic bytes
+    assert doc["metadata"]["numPages"] == 3
+
+
+async def test_max_pages_and_base64(site: SiteSim) -> None:
+    doc = await scrape(
+        engine(), site.url("/files/report.pdf"), parsers=[{"type": "pdf", "maxPages": 1}]
+    )
+    assert "First page text" in doc["markdown"] and "Second" not in doc["markdown"]
+    doc = await scrape(
+        engine(), site.url("/files/report.pdf"), parsers=[], formats=["markdown", "html"]
+    )
+    assert base64.b64decode(doc["markdown"]) == REPORT == base64.b64decode(doc["html"])
+
+
+@pytest.mark.parametrize(
+    ("path", "code", "text"),
+    [
+        ("/files/locked.pdf", "SCRAPE_UNSUPPORTED_FILE_ERROR", "encrypted"),
+        ("/files/broken.pdf", "SCRAPE_UNSUPPORTED_FILE_ERROR", "cannot be read"),
+    ],
+)
+async def test_encrypted_and_broken_pdfs_fail_clearly(
+    site: SiteSim, path: str, code: str, text: str
+) -> None:
+    with pytest.raises(FetchError) as info:
+        await scrape(engine(), site.url(path))
+    assert info.value.code == code and text in info.value.message
+
+
+async def test_pdf_size_cap(site: SiteSim) -> None:
+    with pytest.raises(FetchError) as info:
+        await scrape(engine(max_bytes=1024), site.url("/files/report.pdf"))
+    assert "size cap" in info.value.message
