@@ -252,9 +252,6 @@ def check_scrape_options(
     for field in ("includeTags", "excludeTags"):
         if len(getattr(options, field)) > 100:
             problems.append(_problem(f"{path}.{field}", "at most 100 selectors"))
-    timeout = options.timeout
-    if options.waitFor and timeout is not None and options.waitFor > timeout / 2:
-        problems.append(_problem(f"{path}.waitFor", "waitFor must not exceed half of timeout"))
     if options.waitFor and not browser:
         warnings.append("waitFor is ignored: [crawl.browser] is off, pages are not rendered")
     if options.mobile and not browser:
