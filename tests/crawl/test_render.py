@@ -341,9 +341,13 @@ async def test_browser_crash_fails_its_pages_with_a_code(
         with trio.fail_after(20):
             while site.counts["/js/hang"] == 0 or running.pool.status()["tabs_busy"] == 0:
                 await trio.sleep(0.05)
-        os.kill(running.pool.status()["pid"], signal.SIGKILL)
+        crashed = running.pool.status()["pid"]
+        os.kill(crashed, signal.SIGKILL)
     assert [f.code for f in failures] == ["SCRAPE_ALL_ENGINES_FAILED"]
     assert "crashed" in failures[0].message
+    with trio.fail_after(30):
+        while running.pool.status()["pid"] in (None, crashed):
+            await trio.sleep(0.05)
     doc = await scrape(engine, site.url("/js/fetch"))  # the restarted browser serves again
     assert js_site.FETCHED_ITEMS[0] in doc["markdown"]
     assert running.pool.counts["crashed"] == 1
