@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -46,15 +47,23 @@ class Browser:
         self.profile = tempfile.mkdtemp(prefix="crawld-ui-chromium-")
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
-        # The shell moves our pipe ends to the fds Chromium expects (3 in, 4 out).
+        # above 9, so that moving them to 3 and 4 cannot overwrite one with the other
+        for low in (to_child_r, from_child_w):
+            high = fcntl.fcntl(low, fcntl.F_DUPFD, 10)
+            os.close(low)
+            if low == to_child_r:
+                to_child_r = high
+            else:
+                from_child_w = high
+        # bash (not dash: it takes fds above 9) moves our pipe ends to the fds Chromium expects (3 in, 4 out).
         command = " ".join([f"exec '{executable}'", *FLAGS, f"--user-data-dir='{self.profile}'",
                             f"3<&{to_child_r}", f"4>&{from_child_w}", "about:blank"])  # fmt: skip
         self.process = subprocess.Popen(
-            ["/bin/sh", "-c", command],
+            ["bash", "-c", command],
             pass_fds=(to_child_r, from_child_w),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=None if os.environ.get("CRAWLD_UI_CHROMIUM_LOG") else subprocess.DEVNULL,
             start_new_session=True,
         )
         os.close(to_child_r)
@@ -165,7 +174,9 @@ class Page:
         last: Any = None
         while time.monotonic() < deadline:
             try:
-                last = self.js(expression)
+                last = self.js(
+                    f"(() => {{ const v = ({expression}); return v instanceof Node || v; }})()"
+                )
             except CDPError:
                 last = None
             if last:
