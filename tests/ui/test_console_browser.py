@@ -21,6 +21,8 @@ from tests.ui.cdp import Browser, Page
 from tests.ui.conftest import ARTIFACTS, DAY_MS, KEY, StartDaemon, add_video, base_url, keyed
 
 PAGES = ["overview", "collector", "jobs", "tracker", "crawl"]
+DOCS = {"console-overview", "console-video"}
+"""The screenshots the README shows (CRAWLD_UI_DOCS=1 copies them to docs/)."""
 HOSTILE = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 
 
@@ -46,7 +48,7 @@ def close(browser: Browser, page: Page) -> None:
 
 def shot(page: Page, name: str) -> None:
     page.screenshot(ARTIFACTS / f"{name}.png")
-    if os.environ.get("CRAWLD_UI_DOCS") == "1":
+    if os.environ.get("CRAWLD_UI_DOCS") == "1" and name in DOCS:
         docs = Path(__file__).resolve().parents[2] / "docs"
         docs.mkdir(exist_ok=True)
         shutil.copy(ARTIFACTS / f"{name}.png", docs / f"{name}.png")
