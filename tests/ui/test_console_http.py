@@ -146,3 +146,14 @@ async def test_search_and_jobs(start_daemon: StartDaemon) -> None:
         assert jobs.json() == {"count": 0, "jobs": []}
         assert (await http.get("/ui/api/jobs", params={"kind": "x"})).status_code == 400
         assert (await http.get("/ui/api/jobs", params={"limit": 0})).status_code == 400
+
+
+async def test_csv_download_with_the_session_cookie(start_daemon: StartDaemon) -> None:
+    daemon = await start_daemon(http=keyed())
+    await add_video(daemon, 9, snapshots=3)
+    async with client(daemon) as http:
+        await http.post("/ui/api/login", json={"key": KEY})
+        answer = await http.get("/tracker/videos/9/snapshots", params={"format": "csv"},
+                                headers={"Sec-Fetch-Site": "same-origin"})  # fmt: skip
+        assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/csv")
+        assert answer.text.count("\n") == 4

@@ -69,3 +69,12 @@ def test_windows() -> None:
 )
 def test_milestone_lines(low: int, high: int, lines: list[int]) -> None:
     assert curve.milestone_lines(low, high) == lines
+
+
+def test_snapshot_csv() -> None:
+    from daemon.api.tracker import snapshots_csv
+
+    assert snapshots_csv([(1, 2, 3, 4, 5, 6, 7, 8)]) == (
+        "at_ms,views,danmakus,replies,likes,coins,shares,favorites\n1,2,3,4,5,6,7,8\n"
+    )
+    assert snapshots_csv([]) == "at_ms,views,danmakus,replies,likes,coins,shares,favorites\n"

@@ -433,8 +433,12 @@ function videoPage(main, aid) {
     async refresh() {
       const [video, curve] = await Promise.all([
         api(`/tracker/videos/${aid}`), api(`/ui/api/videos/${aid}/curve?range=${range}`)]);
-      const since = Math.max(0, curve.until_ms - 3600_000 * 24 * 365 * 100);
-      const snaps = await api(`/tracker/videos/${aid}/snapshots?since=${curve.since_ms || since}&limit=10000`);
+      // the latest ~50 snapshots: start a few decimated points before the end (each stands for
+      // total/count rows), so the table never reads more than a few hundred rows
+      const pts = curve.points;
+      const back = pts.length ? Math.min(pts.length, Math.ceil((50 * pts.length) / Math.max(1, curve.total)) + 1) : 0;
+      const from = back ? pts[pts.length - back][0] : curve.since_ms;
+      const snaps = await api(`/tracker/videos/${aid}/snapshots?since=${from}&limit=10000`);
       const latest = video.latest_snapshot || {};
       head.replaceChildren(el("h2", { id: "video-title" }, video.title || `av${aid}`),
         el("section", { class: "cards" }, card("aid", `av${aid}`), card("views", fmtNum(latest.views)),
