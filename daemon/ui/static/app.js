@@ -26,6 +26,10 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+function fill(node, ...children) {
+  node.replaceChildren(...children.flat().filter((c) => c !== null && c !== undefined));
+}
+
 function svg(tag, attrs, ...children) {
   const node = document.createElementNS(SVG_NS, tag);
   for (const [name, value] of Object.entries(attrs || {})) node.setAttribute(name, String(value));
@@ -111,7 +115,7 @@ async function api(path, options) {
 
 function showLogin() {
   stopPolling();
-  document.getElementById("main").replaceChildren();
+  fill(document.getElementById("main"));
   document.getElementById("login").hidden = false;
   document.getElementById("logout").hidden = true;
   document.getElementById("updated").textContent = "log in to see the daemon";
@@ -251,14 +255,20 @@ function overviewPage(main) {
       const reload = s.config.last_reload;
       const store = s.store || {};
       const down = s.components.filter((c) => c.state !== "running").length;
-      live.replaceChildren(
+      fill(live, 
         el("section", { class: "cards", "aria-label": "Summary" },
           card("state", s.state, s.state === "running" ? "ok" : "warn"),
           card("version", s.version),
           card("uptime", `${Math.round(s.uptime_s)} s`),
           card("components", `${s.components.length - down}/${s.components.length} running`, down ? "warn" : "ok"),
-          card("store", store.writable === false ? `not writable: ${store.reason || ""}` : `${store.backend || "?"} ok`,
+          card("store", store.writable === false ? `not writable: ${store.reason || ""}` : `${store.backend || "sqlite"} writable`,
             store.writable === false ? "bad" : "ok"),
+          card("queue depth", fmtNum(queued), queued ? "" : "ok"),
+          card("webhook backlog", s.webhooks ? `${fmtNum(s.webhooks.pending_events)} events` +
+            (s.webhooks.oldest_pending_s ? `, oldest ${Math.round(s.webhooks.oldest_pending_s)} s` : "") : "–",
+            s.webhooks && s.webhooks.pending_events ? "warn" : "ok"),
+          card("broker", s.broker ? `${s.broker.kind || ""} ${s.broker.connected === false ? "disconnected" : "ok"}` : "–",
+            s.broker && s.broker.connected === false ? "bad" : "ok"),
           card("config generation", String(s.config.generation)),
           card("last reload", reload ? `${reload.ok ? "ok" : "rejected"} ${fmtAgo(reload.at_ms)}` : "none",
             reload && !reload.ok ? "bad" : "")),
@@ -311,7 +321,7 @@ function collectorPage(main) {
     async refresh() {
       const answer = await api("/tasks");
       const tasks = answer.tasks || [];
-      live.replaceChildren(tasks.length === 0 ? el("p", {}, "No collector task is configured.") : null,
+      fill(live, tasks.length === 0 ? el("p", {}, "No collector task is configured.") : null,
         ...tasks.map((t) => taskCard(t, act)));
     },
   };
@@ -352,7 +362,7 @@ function jobsPage(main) {
   return {
     async refresh() {
       const answer = await api("/ui/api/jobs?limit=200");
-      live.replaceChildren(answer.jobs.length === 0 ? el("p", {}, "No jobs yet.") : table(
+      fill(live, answer.jobs.length === 0 ? el("p", {}, "No jobs yet.") : table(
         ["job", "kind", "status", "progress", "source", "created", "webhook"],
         answer.jobs.map((j) => [
           el("td", {}, el("a", { href: `#/job/${j.id}` }, j.id.slice(0, 8))), j.kind,
@@ -380,7 +390,7 @@ function jobPage(main, id) {
         return el("details", {}, el("summary", {}, meta.sourceURL || meta.url || meta.title || "row"),
           el("pre", {}, text));
       });
-      live.replaceChildren(
+      fill(live, 
         el("section", { class: "cards" }, card("status", status.status), card("completed", fmtNum(status.completed)),
           card("total", fmtNum(status.total)), card("created", status.createdAt), card("duration", status.duration ?? "–")),
         job ? kv({ kind: job.kind, source: job.source, webhook: job.webhook, error: job.error }) : null,
@@ -403,11 +413,11 @@ function trackerPage(main) {
     async refresh() {
       const [found, songs] = await Promise.all([
         api(`/ui/api/videos?limit=50&q=${encodeURIComponent(input.value)}`), api("/tracker/milestones?limit=20")]);
-      results.replaceChildren(found.videos.length === 0 ? el("p", {}, "No video matches.") :
+      fill(results, found.videos.length === 0 ? el("p", {}, "No video matches.") :
         table(["aid", "title", "uploader", "views", "song", "last snapshot"], found.videos.map((v) => [
           el("td", {}, el("a", { href: `#/video/${v.aid}` }, `av${v.aid}`)), v.title || "", v.uploader || "",
           num(v.views), v.song ? "yes" : "no", fmtAgo(v.last_snapshot_ms)])));
-      near.replaceChildren(songs.songs.length === 0 ? el("p", {}, "No song is tracked yet.") :
+      fill(near, songs.songs.length === 0 ? el("p", {}, "No song is tracked yet.") :
         table(["aid", "title", "views", "target", "to go", "ETA"], songs.songs.map((s) => [
           el("td", {}, el("a", { href: `#/video/${s.aid}` }, `av${s.aid}`)), s.title || "", num(s.views),
           num(s.target), num(s.views_to_go), s.eta_hours === null ? "–" : `${s.eta_hours.toFixed(1)} h`])));
@@ -440,16 +450,16 @@ function videoPage(main, aid) {
       const from = back ? pts[pts.length - back][0] : curve.since_ms;
       const snaps = await api(`/tracker/videos/${aid}/snapshots?since=${from}&limit=10000`);
       const latest = video.latest_snapshot || {};
-      head.replaceChildren(el("h2", { id: "video-title" }, video.title || `av${aid}`),
+      fill(head, el("h2", { id: "video-title" }, video.title || `av${aid}`),
         el("section", { class: "cards" }, card("aid", `av${aid}`), card("views", fmtNum(latest.views)),
           card("uploader", (video.uploader && video.uploader.name) || "–"), card("song", video.song ? "yes" : "no"),
           card("next milestone", video.milestone ? fmtNum(video.milestone.target ?? null) : "–"),
           card("status", String(video.status))));
-      chart.replaceChildren(el("p", { class: "muted" },
+      fill(chart, el("p", { class: "muted" },
         `${fmtNum(curve.count)} points drawn of ${fmtNum(curve.total)} snapshots in ${curve.range}`),
         curveChart(curve), smallChart(curve.points, `likes and coins over ${curve.range}`));
       const last = snaps.snapshots.slice(-50).reverse();
-      rows.replaceChildren(table(["time", "views", "likes", "coins", "favorites", "danmakus", "replies", "shares"],
+      fill(rows, table(["time", "views", "likes", "coins", "favorites", "danmakus", "replies", "shares"],
         last.map((s) => [fmtTime(s.at_ms), num(s.views), num(s.likes), num(s.coins), num(s.favorites),
           num(s.danmakus), num(s.replies), num(s.shares)])));
     },
@@ -488,7 +498,7 @@ function crawlPage(main) {
     async refresh() {
       const [active, jobs] = await Promise.all([api("/v2/crawl/active"), api("/ui/api/jobs?kind=crawl&limit=100")]);
       const crawls = jobs.jobs.filter((j) => j.source && j.source.url !== undefined);
-      live.replaceChildren(el("h3", {}, `Running (${active.crawls.length})`),
+      fill(live, el("h3", {}, `Running (${active.crawls.length})`),
         active.crawls.length ? table(["id", "url", "created"], active.crawls.map((c) => [
           el("td", {}, el("a", { href: `#/job/${c.id}` }, c.id.slice(0, 8))), c.url, c.created_at])) : el("p", { class: "muted" }, "none"),
         el("h3", {}, "Recent crawls"),
@@ -511,7 +521,7 @@ function route() {
   const name = PAGES[parts[0]] ? parts[0] : "overview";
   const arg = parts[1] ? decodeURIComponent(parts[1]) : null;
   const main = document.getElementById("main");
-  main.replaceChildren();
+  fill(main);
   const navName = name === "job" ? "jobs" : (name === "video" ? "tracker" : name);
   for (const link of document.querySelectorAll("nav a")) {
     if (link.getAttribute("href") === `#/${navName}`) link.setAttribute("aria-current", "page");
