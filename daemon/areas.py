@@ -11,12 +11,13 @@ from daemon.crawl import component as crawl
 from daemon.jobs import component as jobs
 from daemon.runtime import Installer
 from daemon.tracker import component as tracker
+from daemon.ui import component as ui
 
 
 def installers() -> list[Installer]:
     """Each area's install(daemon), in start order; HTTP last so every route is registered."""
     return [control.install, jobs.install, collector.install, tracker.install, crawl.install,
-            http.install]  # fmt: skip
+            ui.install, http.install]  # fmt: skip
 
 
 def check_secrets(cfg: config.Config) -> None:

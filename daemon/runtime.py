@@ -57,6 +57,10 @@ class Daemon:
     components: list[Component] = field(default_factory=list)
     component_states: dict[str, ComponentState] = field(default_factory=dict)
     routes: list[Any] = field(default_factory=list)
+    pages: list[Any] = field(default_factory=list)
+    """Starlette routes served behind the same edge but left out of /openapi.json (the console)."""
+    sessions: Any = None
+    """The console's session check (daemon/api/edge.py SessionCheck), once daemon/ui installed."""
     status_sections: dict[str, StatusSection] = field(default_factory=dict)
     reload_hooks: list[ReloadHook] = field(default_factory=list)
     jobs: Any = None

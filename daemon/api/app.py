@@ -237,6 +237,7 @@ def build_app(
     ]
     starlette_routes += [WebSocketRoute(r.path, r.websocket) for r in routes if r.websocket]
     starlette_routes.append(Route("/openapi.json", openapi, methods=["GET"]))
+    starlette_routes += daemon.pages
     handlers: dict[Any, Any] = {
         HTTPError: handle_http_error,
         ClientDisconnect: disconnected,
@@ -249,7 +250,9 @@ def build_app(
     app = Starlette(
         routes=starlette_routes,
         exception_handlers=handlers,
-        middleware=[Middleware(EdgeMiddleware, policy=policy, stats=stats)],
+        middleware=[
+            Middleware(EdgeMiddleware, policy=policy, stats=stats, sessions=daemon.sessions)
+        ],
     )
     app.state.daemon = daemon
     return app

@@ -5,11 +5,12 @@
 # middleware, so its early answers use the same JSON shape as every other error.
 #
 # Order: concurrency cap (503) → head size (431) → Host allow-list (421) → body size by
-# Content-Length (413) → API key (401) → browser cross-site request (403) → JSON Content-Type on
-# methods that change data (415). Then the body is counted as it streams (chunked bodies have no
-# Content-Length: 413) and must arrive within `body_timeout` (408), so a trickling upload cannot
-# hold a slot forever. /healthz skips the cap, the Host, key and cross-site checks: a monitor must
-# reach it even when the API is full.
+# Content-Length (413) → API key, or the console's session cookie with its CSRF token (401/403)
+# → browser cross-site request (403) → JSON Content-Type on methods that change data (415).
+# Then the body is counted as it streams (chunked bodies have no Content-Length: 413) and must
+# arrive within `body_timeout` (408), so a trickling upload cannot hold a slot forever.
+# /healthz skips the cap, the Host, key and cross-site checks: a monitor must reach it even when
+# the API is full.
 #
 # WebSocket handshakes (the crawl watcher) pass the same Host, key and cross-site checks; the key
 # may also come as the `Sec-WebSocket-Protocol` value, where browsers and the JS SDK put it. A
@@ -20,7 +21,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import trio
@@ -216,6 +217,19 @@ class EdgePolicy:
         return not (self.metrics_public and path == "/metrics")
 
 
+class SessionCheck(Protocol):
+    """A second way in besides the bearer key: the console's session cookie (daemon/ui).
+
+    `keyless(path)` names the paths a browser must reach before it has a session (the console's
+    page, its assets, the login route): they skip the key check, never the Host or cross-site
+    rules. `refusal(headers, method)` is None when the request carries a valid session (and, on
+    a method that changes data, its CSRF token), else (status, detail)."""
+
+    def keyless(self, path: str) -> bool: ...
+
+    def refusal(self, headers: Mapping[str, str], method: str) -> tuple[int, str] | None: ...
+
+
 @dataclass
 class EdgeStats:
     """What the edge is doing, for /status: requests in progress and refusals by reason."""
@@ -261,10 +275,17 @@ def _has_body(headers: Mapping[str, str]) -> bool:
 class EdgeMiddleware:
     """ASGI middleware applying EdgePolicy to every HTTP request."""
 
-    def __init__(self, app: Any, policy: EdgePolicy, stats: EdgeStats | None = None) -> None:
+    def __init__(
+        self,
+        app: Any,
+        policy: EdgePolicy,
+        stats: EdgeStats | None = None,
+        sessions: SessionCheck | None = None,
+    ) -> None:
         self.app = app
         self.policy = policy
         self.stats = stats if stats is not None else EdgeStats()
+        self.sessions = sessions
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "websocket":
@@ -351,12 +372,30 @@ class EdgeMiddleware:
                 return "too_large", error_response(
                     413, "request body too large", {"max_body": policy.max_body}
                 )
-        if policy.needs_key(path) and not self.key_matches(scope, headers):
+        sessions = self.sessions
+        keyless = sessions is not None and sessions.keyless(path)
+        if policy.needs_key(path) and not keyless and not self.key_matches(scope, headers):
+            if sessions is not None and "cookie" in headers and "authorization" not in headers:
+                why = sessions.refusal(headers, scope.get("method", "GET"))
+                if why is None:
+                    return self._after_key(scope, headers, length, open_path)
+                if why[0] == 403:
+                    return "csrf", error_response(403, "CSRF token missing or wrong", why[1])
             given = "authorization" in headers or scope.get("subprotocols")
             detail = "the API key is not valid" if given else "send Authorization: Bearer <key>"
             if scope.get("type") == "websocket" and not given:
                 detail += " (or the key as Sec-WebSocket-Protocol)"
             return "unauthorized", unauthorized(detail)
+        return self._after_key(scope, headers, length, open_path)
+
+    def _after_key(
+        self,
+        scope: Mapping[str, Any],
+        headers: Mapping[str, str],
+        length: str | None,
+        open_path: bool,
+    ) -> tuple[str, JSONResponse] | None:
+        host = headers.get("host")
         if not open_path:
             reason = cross_site_reason(headers.get("sec-fetch-site"), headers.get("origin"), host)
             if reason is not None:

@@ -85,6 +85,15 @@ class SchedulesResponse(msgspec.Struct):
     lag: dict[str, dict[str, Any]]
 
 
+def snapshots_csv(rows: list[tuple[int, ...]]) -> str:
+    """Snapshot rows as CSV with a header line (the download the console links to)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(SNAPSHOT_FIELDS)
+    writer.writerows(rows)
+    return out.getvalue()
+
+
 def _aid(request: Request) -> int:
     raw = request.path_params["aid"]
     text = raw[2:] if raw.lower().startswith("av") else raw
@@ -127,12 +136,8 @@ def routes(daemon: Daemon, service: TrackerService) -> list[ApiRoute]:
                 query["until"] = until
             next_url = f"{request.url.path}?{urlencode(query)}"
         if fmt == "csv":
-            out = io.StringIO()
-            writer = csv.writer(out, lineterminator="\n")
-            writer.writerow(SNAPSHOT_FIELDS)
-            writer.writerows(rows)
             headers = {"Link": f'<{next_url}>; rel="next"'} if next_url else {}
-            return Response(out.getvalue(), media_type="text/csv", headers=headers)
+            return Response(snapshots_csv(rows), media_type="text/csv", headers=headers)
         items = [dict(zip(SNAPSHOT_FIELDS, r, strict=True)) for r in rows]
         return json(SnapshotsResponse(aid, len(items), items, next_url))
 

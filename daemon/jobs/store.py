@@ -415,3 +415,17 @@ def delete_job(conn: Conn, job_id: str, chunk: int) -> bool:
     drop_stream(conn, stream_name(job_id))
     conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
     return True
+
+
+def list_jobs(conn: Conn, limit: int, kind: str | None = None) -> list[JobRecord]:
+    """The newest jobs first (all kinds, or one), for the console's job list."""
+    if kind is None:
+        rows = conn.execute(
+            f"SELECT {_COLUMNS} FROM jobs ORDER BY created_ms DESC, id LIMIT ?", (limit,)
+        ).fetchall()
+    else:
+        rows = conn.execute(
+            f"SELECT {_COLUMNS} FROM jobs WHERE kind = ? ORDER BY created_ms DESC, id LIMIT ?",
+            (kind, limit),
+        ).fetchall()
+    return [_record(row) for row in rows]

@@ -917,3 +917,28 @@ def totals(conn: Conn) -> dict[str, int]:
         conn, "SELECT count(*) FROM tracker_videos INDEXED BY tracker_videos_gone WHERE status <> 0"
     )
     return {"videos": videos, "songs": songs, "ingest_queued": queued, "videos_gone": gone}
+
+
+def search_videos(conn: Conn, query: str, limit: int) -> list[dict[str, Any]]:
+    """Tracked videos matching `query` (an aid, avNNN, or words of the title or uploader name),
+    newest first, with their latest views and whether they are songs (the console's search)."""
+    text = query.strip()
+    digits = text[2:] if text.lower().startswith("av") else text
+    aid = int(digits) if digits.isascii() and digits.isdigit() and len(digits) < 19 else -1
+    pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    rows = _all(
+        conn,
+        "SELECT v.aid, v.title, u.name, l.views, l.at_ms, v.status,"
+        " EXISTS (SELECT 1 FROM tracker_songs s WHERE s.aid = v.aid)"
+        " FROM tracker_videos v LEFT JOIN tracker_users u ON u.uid = v.uid"
+        " LEFT JOIN tracker_latest l ON l.aid = v.aid"
+        " WHERE ? = '' OR v.aid = ? OR lower(v.title) LIKE lower(?) ESCAPE '\\'"
+        " OR lower(u.name) LIKE lower(?) ESCAPE '\\'"
+        " ORDER BY v.added_ms DESC, v.aid DESC LIMIT ?",
+        (text, aid, pattern, pattern, limit),
+    )
+    return [
+        {"aid": a, "title": t, "uploader": n, "views": vw, "last_snapshot_ms": at,
+         "status": st, "song": bool(song)}
+        for a, t, n, vw, at, st, song in rows
+    ]  # fmt: skip

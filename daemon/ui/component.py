@@ -1,0 +1,188 @@
+# The web console at /ui (issue 19): a page shell, its CSS and JS shipped in this package and
+# served by crawld (no build step, no outside origin), and the few JSON routes the JSON API has no
+# equivalent for (session, login, job list, video search, the decimated view curve). Everything
+# else the page shows comes from the API's own routes (/status, /tasks, /tracker/…, /v2/crawl/…),
+# which the browser calls with its session cookie: one set of rules, one set of answers.
+#
+# The routes are Starlette routes in `daemon.pages` (behind the same edge, not in /openapi.json:
+# they are the console's, not the API's). They read the store through the areas' query functions.
+from __future__ import annotations
+
+from importlib import resources
+from typing import Annotated, Any
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from daemon.api.app import json
+from daemon.api.edge import bearer_matches, parse_keys
+from daemon.api.errors import HTTPError, decode_query_int, read_json_body
+from daemon.clock import wall_ms
+from daemon.config import resolve_secret
+from daemon.jobs import store as js
+from daemon.redact import redact_tree
+from daemon.runtime import Daemon
+from daemon.tracker import store as ts
+from daemon.ui import curve
+from daemon.ui.sessions import Sessions, clear_cookie, cookie_value, set_cookie
+
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+STATIC = {
+    "app.js": "text/javascript; charset=utf-8",
+    "app.css": "text/css; charset=utf-8",
+    "index.html": "text/html; charset=utf-8",
+}
+MAX_AID = 2**62
+
+
+class LoginRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    key: Annotated[str, msgspec.Meta(min_length=1, max_length=1024)]
+
+
+def load_assets() -> dict[str, bytes]:
+    """The console's files from the package (read once at install)."""
+    folder = resources.files("daemon.ui") / "static"
+    return {name: (folder / name).read_bytes() for name in STATIC}
+
+
+def secured(response: Response) -> Response:
+    for name, value in SECURITY_HEADERS.items():
+        response.headers[name] = value
+    return response
+
+
+def install(daemon: Daemon) -> None:
+    http = daemon.config.http
+    if not http.enabled:
+        return
+    keys = parse_keys(resolve_secret(http.api_key_env, "$.http.api_key_env"))
+    secure = (http.public_url or "").lower().startswith("https://")
+    sessions = Sessions()
+    daemon.sessions = sessions
+    daemon.parts["ui"] = sessions
+    daemon.pages.extend(routes(daemon, sessions, keys, secure, load_assets()))
+
+
+def routes(
+    daemon: Daemon, sessions: Sessions, keys: tuple[bytes, ...], secure: bool,
+    assets: dict[str, bytes],
+) -> list[Route]:  # fmt: skip
+    def store() -> Any:
+        if daemon.store is None:
+            raise HTTPError(503, "the store is not open")
+        return daemon.store
+
+    async def page(request: Request) -> Response:
+        return secured(Response(assets["index.html"], media_type=STATIC["index.html"]))
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in STATIC or name == "index.html":
+            raise HTTPError(404, "not found", {"path": request.url.path})
+        response = Response(assets[name], media_type=STATIC[name])
+        return secured(response)
+
+    async def session(request: Request) -> Response:
+        current = sessions.from_headers(request.headers)
+        by_key = bool(keys) and bearer_matches(request.headers.get("authorization"), keys)
+        return secured(json({
+            "auth_required": bool(keys),
+            "logged_in": not keys or current is not None or by_key,
+            "csrf": None if current is None else current.csrf,
+        }))  # fmt: skip
+
+    async def login(request: Request) -> Response:
+        body = await read_json_body(request, LoginRequest, empty_ok=False)
+        if not keys:
+            return secured(json({"auth_required": False, "logged_in": True, "csrf": None}))
+        if not bearer_matches(f"Bearer {body.key}", keys):
+            raise HTTPError(401, "the API key is not valid", {"field": "key"})
+        sessions.drop(cookie_value(request.headers.get("cookie")))
+        token, created = sessions.create()
+        response = json({"auth_required": True, "logged_in": True, "csrf": created.csrf})
+        response.headers["Set-Cookie"] = set_cookie(token, secure=secure)
+        return secured(response)
+
+    async def logout(request: Request) -> Response:
+        sessions.drop(cookie_value(request.headers.get("cookie")))
+        response = json({"logged_in": not keys})
+        response.headers["Set-Cookie"] = clear_cookie(secure=secure)
+        return secured(response)
+
+    async def jobs(request: Request) -> Response:
+        limit = decode_query_int(request, "limit", 100, 1, 1000)
+        kind = request.query_params.get("kind")
+        if kind is not None and kind not in js.KINDS:
+            raise HTTPError(400, "kind must be crawl or batch_scrape", {"kind": kind[:40]})
+        records = await store().read(lambda c: js.list_jobs(c, limit, kind))
+        items = [
+            {"id": r.id, "kind": r.kind, "status": r.status, "completed": r.completed,
+             "total": r.total, "created_ms": r.created_ms, "completed_ms": r.completed_ms,
+             "webhook": r.webhook is not None, "source": redact_tree(r.source),
+             "error": r.error}
+            for r in records
+        ]  # fmt: skip
+        return secured(json({"count": len(items), "jobs": items}))
+
+    async def videos(request: Request) -> Response:
+        query = request.query_params.get("q", "")
+        if len(query) > 200:
+            raise HTTPError(400, "q is longer than 200 characters", {"field": "q"})
+        limit = decode_query_int(request, "limit", 50, 1, 500)
+        found = await store().read(lambda c: ts.search_videos(c, query, limit))
+        return secured(json({"count": len(found), "videos": found}))
+
+    async def video_curve(request: Request) -> Response:
+        raw = request.path_params["aid"]
+        text = raw[2:] if raw.lower().startswith("av") else raw
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_AID:
+            raise HTTPError(400, "aid must be a positive integer (or avNNN)", {"aid": raw[:40]})
+        aid = int(text)
+        name = request.query_params.get("range", "all")
+        if name not in curve.RANGES:
+            raise HTTPError(400, f"range must be one of {', '.join(curve.RANGES)}",
+                            {"field": "range", "range": name[:20]})  # fmt: skip
+        points = decode_query_int(request, "points", curve.MAX_POINTS, 2, curve.MAX_POINTS)
+        now = wall_ms()
+        since, until = curve.window(name, now)
+
+        def read(conn: Any) -> tuple[bool, list[tuple[int, ...]]]:
+            known = ts.video_status(conn, aid) is not None
+            return known, ts.snapshots(conn, aid, since, until, 2**62) if known else []
+
+        known, rows = await store().read(read)
+        if not known:
+            raise HTTPError(404, f"video {aid} is not tracked", {"aid": aid})
+        kept = curve.decimate(rows, points)
+        views = [r[1] for r in rows]
+        lines = curve.milestone_lines(min(views), max(views)) if views else []
+        # (at_ms, views, likes, coins): the columns the chart draws
+        body = {"aid": aid, "range": name, "since_ms": since, "until_ms": until, "now_ms": now,
+                "total": len(rows), "count": len(kept), "milestones": lines,
+                "points": [[r[0], r[1], r[4], r[5]] for r in kept]}  # fmt: skip
+        return secured(json(body))
+
+    return [
+        Route("/ui", page, methods=["GET"]),
+        Route("/ui/", page, methods=["GET"]),
+        Route("/ui/static/{name}", static, methods=["GET"]),
+        Route("/ui/api/session", session, methods=["GET"]),
+        Route("/ui/api/login", login, methods=["POST"]),
+        Route("/ui/api/logout", logout, methods=["POST"]),
+        Route("/ui/api/jobs", jobs, methods=["GET"]),
+        Route("/ui/api/videos", videos, methods=["GET"]),
+        Route("/ui/api/videos/{aid}/curve", video_curve, methods=["GET"]),
+    ]

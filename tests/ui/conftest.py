@@ -1,0 +1,124 @@
+"""A daemon on 127.0.0.1:0 for the console tests (optionally with an API key and a collector on
+the Octoparse simulator), tracker rows written straight into its store, and a headless Chromium
+(fails under CI=true when absent, else skips)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from daemon.app import Daemon
+from tests.conftest import serve_daemon
+from tests.ui import cdp
+
+KEY = "k-console-0123456789abcdef"
+KEY_ENV = "CRAWLD_TEST_UI_KEY"
+ARTIFACTS = Path(os.environ.get("CRAWLD_TEST_ARTIFACTS", "test-artifacts")) / "ui"
+DAY_MS = 86_400_000
+
+BASE = """
+[daemon]
+state_dir = "state"
+[http]
+bind = "127.0.0.1:0"
+{http}
+{extra}
+"""
+
+StartDaemon = Callable[..., Awaitable[Daemon]]
+
+
+@pytest.fixture
+async def start_daemon(
+    tmp_path: Path, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[StartDaemon]:
+    started: list[Daemon] = []
+    monkeypatch.setenv(KEY_ENV, KEY)
+
+    async def start(http: str = "", extra: str = "") -> Daemon:
+        path = tmp_path / "crawld.toml"
+        path.write_text(BASE.format(http=http, extra=extra))
+        daemon = await serve_daemon(nursery, path)
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.request_stop()
+
+
+def keyed() -> str:
+    return f'api_key_env = "{KEY_ENV}"'
+
+
+def base_url(daemon: Daemon) -> str:
+    assert daemon.http_address is not None
+    host, port = daemon.http_address
+    return f"http://{host}:{port}"
+
+
+def client(daemon: Daemon, **kwargs: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=base_url(daemon), trust_env=False, **kwargs)
+
+
+async def add_video(
+    daemon: Daemon,
+    aid: int,
+    *,
+    title: str = "a song",
+    snapshots: int = 0,
+    span_ms: int = 10 * DAY_MS,
+    song: bool = True,
+    uploader: str = "uploader",
+    now_ms: int | None = None,
+) -> int:
+    """A tracked video with `snapshots` evenly spread over the `span_ms` before now (views rising
+    by 100 a step, likes and coins with them); returns the time of the last one."""
+    assert daemon.store is not None
+    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    step = span_ms // max(1, snapshots)
+    rows = [(aid, now - span_ms + (i + 1) * step, 90_000 + 100 * i, i, i, 3 * i, 2 * i, i, i)
+            for i in range(snapshots)]  # fmt: skip
+
+    def write(conn: Any) -> None:
+        conn.execute(
+            "INSERT INTO tracker_users(uid, name, sign, fans, face, updated_ms) VALUES (?, ?, '', 0, '', ?)"
+            " ON CONFLICT DO NOTHING",
+            (aid, uploader, now),
+        )
+        conn.execute(
+            "INSERT INTO tracker_videos(aid, bvid, title, description, tags, uid, status, added_ms)"
+            " VALUES (?, ?, ?, '', '[]', ?, 0, ?)",
+            (aid, f"BV{aid}", title, aid, now),
+        )
+        if song:
+            conn.execute(
+                "INSERT INTO tracker_songs(aid, label, added_ms) VALUES (?, 1, ?)", (aid, now)
+            )
+        for start in range(0, len(rows), 10_000):
+            conn.executemany(
+                "INSERT INTO tracker_snapshots(aid, at_ms, views, danmakus, replies, likes, coins,"
+                " shares, favorites) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                rows[start : start + 10_000],
+            )
+
+    await daemon.store.write(write)
+    return now
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[cdp.Browser]:
+    if cdp.chromium_path() is None:
+        message = "chromium is not installed (apt-get install chromium)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    with cdp.browser() as opened:
+        yield opened
