@@ -359,25 +359,47 @@ def scrape_page(
     if is_html(result):
         document, metadata, links = _html_document(text, result, options)
     else:
-        document, metadata = {}, {}
-        if "markdown" in formats:
-            document["markdown"] = f"```json\n{text}\n```" if is_json(result.content_type) else text
-        if "html" in formats:
-            document["html"] = text
-        if "rawHtml" in formats:
-            document["rawHtml"] = text
-        if "links" in formats:
-            document["links"] = []
-        if "images" in formats:
-            document["images"] = []
+        markdown = f"```json\n{text}\n```" if is_json(result.content_type) else text
+        document, metadata = plain_formats(formats, markdown, text), {}
+    document["metadata"] = with_fetch_metadata(
+        metadata, source_url, result.url, result.status_code, result.content_type, scrape_id
+    )
+    return document, links
+
+
+def plain_formats(formats: Any, markdown: str, shown: str) -> dict[str, Any]:
+    """The formats of a document that is not an HTML page: `markdown`, `shown` as html and
+    rawHtml, no links or images."""
+    document: dict[str, Any] = {}
+    if "markdown" in formats:
+        document["markdown"] = markdown
+    if "html" in formats:
+        document["html"] = shown
+    if "rawHtml" in formats:
+        document["rawHtml"] = shown
+    if "links" in formats:
+        document["links"] = []
+    if "images" in formats:
+        document["images"] = []
+    return document
+
+
+def with_fetch_metadata(
+    metadata: dict[str, Any],
+    source_url: str,
+    url: str,
+    status_code: int,
+    content_type: str | None,
+    scrape_id: str,
+) -> dict[str, Any]:
+    """`metadata` with what every document says of its fetch (Firecrawl's names)."""
     metadata.update(
         sourceURL=source_url,
-        url=result.url,
-        statusCode=result.status_code,
-        contentType=result.content_type,
+        url=url,
+        statusCode=status_code,
+        contentType=content_type,
         scrapeId=scrape_id,
         proxyUsed="basic",
         creditsUsed=1,
     )
-    document["metadata"] = metadata
-    return document, links
+    return metadata

@@ -14,6 +14,8 @@ from typing import Any
 
 import msgspec
 
+from daemon.crawl.document import plain_formats, with_fetch_metadata
+
 __all__ = ["PdfError", "PdfOptions", "is_pdf", "pdf_document"]
 
 # pypdf warns on the log for every slightly malformed object; they are not ours to fix.
@@ -129,26 +131,8 @@ def pdf_page(
     """The Firecrawl document of a PDF answer (markdown; html and rawHtml hold the text escaped
     for HTML, or with `parsers: []` all three hold the file as base64, as Firecrawl's)."""
     text, metadata = pdf_document(body, pdf)
-    document: dict[str, Any] = {}
-    shown = text if not pdf.parse else html.escape(text)
-    if "markdown" in formats:
-        document["markdown"] = text
-    if "html" in formats:
-        document["html"] = shown
-    if "rawHtml" in formats:
-        document["rawHtml"] = shown
-    if "links" in formats:
-        document["links"] = []
-    if "images" in formats:
-        document["images"] = []
-    metadata.update(
-        sourceURL=source_url,
-        url=url,
-        statusCode=status_code,
-        contentType=content_type,
-        scrapeId=scrape_id,
-        proxyUsed="basic",
-        creditsUsed=1,
+    document = plain_formats(formats, text, text if not pdf.parse else html.escape(text))
+    document["metadata"] = with_fetch_metadata(
+        metadata, source_url, url, status_code, content_type, scrape_id
     )
-    document["metadata"] = metadata
     return document
