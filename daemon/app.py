@@ -48,7 +48,7 @@ async def run_daemon(
     backend = backend_for(cfg)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with (
-            _held(daemon, backend),
+            _held(daemon, backend, config.instance_name(cfg)),
             _opened_store(daemon, backend, cfg.store.group_commit_max) as store,
         ):
             daemon.store = store
@@ -65,10 +65,10 @@ async def run_daemon(
 
 
 @contextlib.asynccontextmanager
-async def _held(daemon: Daemon, backend: Any) -> AsyncIterator[None]:
-    """backend.hold() (one process per state dir or schema), entered and left in a thread: on
-    PostgreSQL it is a connection of its own."""
-    hold = backend.hold()
+async def _held(daemon: Daemon, backend: Any, instance: str) -> AsyncIterator[None]:
+    """backend.hold(instance) (one process per state dir, or per instance name on a PostgreSQL
+    schema), entered and left in a thread: on PostgreSQL it is a connection of its own."""
+    hold = backend.hold(instance)
     try:
         await trio.to_thread.run_sync(hold.__enter__)
     except StoreUnavailable as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from daemon import config
 from daemon.api import component as http
 from daemon.api import control
+from daemon.cluster import component as cluster
 from daemon.collector import component as collector
 from daemon.crawl import component as crawl
 from daemon.jobs import component as jobs
@@ -15,9 +16,10 @@ from daemon.ui import component as ui
 
 
 def installers() -> list[Installer]:
-    """Each area's install(daemon), in start order; HTTP last so every route is registered."""
-    return [control.install, jobs.install, collector.install, tracker.install, crawl.install,
-            ui.install, http.install]  # fmt: skip
+    """Each area's install(daemon), in start order: the cluster first, so areas can take leases
+    as they start; HTTP last so every route is registered."""
+    return [cluster.install, control.install, jobs.install, collector.install, tracker.install,
+            crawl.install, ui.install, http.install]  # fmt: skip
 
 
 def check_secrets(cfg: config.Config) -> None:

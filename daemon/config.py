@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import socket
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -147,6 +148,31 @@ class StoreConfig(Section, frozen=True):
             raise ValueError(
                 f"schema: {self.schema!r} is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)"
             )
+
+
+class ClusterConfig(Section, frozen=True):
+    instance: str = ""
+    """This instance's name among those sharing a PostgreSQL store; empty: the host name. Two
+    live processes with one name are refused (the second exits naming the first)."""
+    lease: Duration = Duration(10)
+    """How long a lease (a collector task, a drainer, a paced crawl, a singleton duty) and a
+    membership last without renewal; renewed every third of it. Another instance takes over
+    the work of one that died within about this time plus one tick."""
+
+    def __post_init__(self) -> None:
+        if self.instance and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}", self.instance):
+            raise ValueError(
+                f"instance: {self.instance!r} must be 1-63 letters, digits or _ . : - (a host"
+                " name fits)"
+            )
+        if not 2.0 <= self.lease <= 300.0:
+            raise ValueError(f"lease must be between 2s and 300s, got {self.lease}s")
+
+
+def instance_name(config: Config) -> str:
+    """`[cluster] instance`, or the host name."""
+    name = config.cluster.instance or socket.gethostname().split(".")[0] or "crawld"
+    return re.sub(r"[^A-Za-z0-9_.:-]", "-", name)[:63]
 
 
 class BrokerConfig(Section, frozen=True):
@@ -344,6 +370,7 @@ class Config(Section, frozen=True):
     http: HttpConfig = HttpConfig()
     store: StoreConfig = StoreConfig()
     broker: BrokerConfig = BrokerConfig()
+    cluster: ClusterConfig = ClusterConfig()
     collector: CollectorConfig = CollectorConfig()
     tracker: TrackerConfig = TrackerConfig()
     crawl: CrawlConfig = CrawlConfig()

@@ -22,8 +22,24 @@ config_generation = Gauge(
 )
 
 
-def render() -> bytes:
-    return generate_latest(REGISTRY)
+def render(instance: str | None = None) -> bytes:
+    """The exposition text; with `instance` (cluster mode) every sample carries
+    `instance="<name>"`, so one dashboard tells the members apart."""
+    text = generate_latest(REGISTRY)
+    if instance is None:
+        return text
+    label = b'instance="' + instance.encode() + b'"'
+    out = []
+    for line in text.split(b"\n"):
+        if line and not line.startswith(b"#"):
+            name, sep, rest = line.partition(b"{")
+            if sep:
+                line = name + b"{" + label + (b"," if not rest.startswith(b"}") else b"") + rest
+            else:
+                name, _, value = line.partition(b" ")
+                line = name + b"{" + label + b"} " + value
+        out.append(line)
+    return b"\n".join(out)
 
 
 collector_rows = Counter(

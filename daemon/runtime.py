@@ -33,7 +33,7 @@ ComponentFn = Callable[..., Awaitable[None]]
 ReloadHook = Callable[[config.Config, config.Config, config.ConfigDiff], Awaitable[None]]
 StatusSection = Callable[[], Awaitable[dict[str, Any]]]
 # Sections whose change needs a restart: they shape resources opened once at start.
-RESTART_SECTIONS = ("http", "store", "broker")
+RESTART_SECTIONS = ("http", "store", "broker", "cluster")
 
 
 @dataclass
@@ -63,6 +63,8 @@ class Daemon:
     """The console's session check (daemon/api/edge.py SessionCheck), once daemon/ui installed."""
     status_sections: dict[str, StatusSection] = field(default_factory=dict)
     reload_hooks: list[ReloadHook] = field(default_factory=list)
+    cluster: Any = None
+    """This process's Cluster (daemon/cluster/): membership and leases, on either backend."""
     jobs: Any = None
     """The JobManager (daemon/jobs/manager.py) once the jobs part is installed."""
     metric_refreshers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)

@@ -67,6 +67,9 @@ class Status(msgspec.Struct, omit_defaults=True):
     webhooks: dict[str, Any] | None = None
     tracker: dict[str, Any] | None = None
     crawl: dict[str, Any] | None = None
+    cluster: dict[str, Any] | None = None
+    """This instance's name, the members (alive, last heartbeat, the leases each holds) and what
+    this instance's config says differently from theirs (README "Running a cluster")."""
     http: dict[str, Any] | None = None
     """The HTTP edge: keys configured (how many), accepted hosts, requests in progress, refusals."""
 
@@ -136,7 +139,11 @@ def routes(daemon: Daemon) -> list[ApiRoute]:
     async def metrics_text(request: Request) -> Response:
         for refresh in daemon.metric_refreshers:
             await refresh()
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        cluster = daemon.cluster
+        instance = cluster.instance if cluster is not None and cluster.multi else None
+        return Response(
+            metrics.render(instance), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
 
     return [
         ApiRoute("GET", "/healthz", healthz, "Liveness: 200 while running (never needs a key)",

@@ -40,8 +40,13 @@ COPY_ORDER = (
     "crawl_frontier",
     "crawl_robots_blocked",
     "crawl_idempotency",
+    "cluster_requests",
 )
 """Every copied table, parents before children (foreign keys hold at each insert)."""
+
+RUNTIME = {"cluster_members", "cluster_leases"}
+"""Tables of running processes only (who is a member, who holds what): not copied; a copy runs
+with no crawld on either end."""
 
 DERIVED = {
     "tracker_latest": "SELECT count(*) FROM tracker_latest",
@@ -102,7 +107,7 @@ def plan(
 ) -> dict[str, list[tuple[str, str]]]:
     """{table: [(column, target kind)]} to copy, in COPY_ORDER; CopyRefused when the two
     schemas do not hold the same tables and columns (different crawld versions)."""
-    known = set(COPY_ORDER) | set(DERIVED)
+    known = set(COPY_ORDER) | set(DERIVED) | RUNTIME
     for side, tables in (("source", source), ("target", target)):
         unknown = sorted(set(tables) - known)
         missing = sorted(known - set(tables))

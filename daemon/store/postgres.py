@@ -60,7 +60,10 @@ RETRY_ALWAYS: tuple[type[BaseException], ...] = (
 
 LOCK_KEY_PREFIX = "crawld:migrate:"
 INSTANCE_LOCK = 0x63726C64
-"""First key of the instance lock ("crld"); the second is hashtext(schema)."""
+"""First key of the schema lock ("crld"); the second is hashtext(schema). Running instances
+share it; `store copy` takes it alone."""
+MEMBER_LOCK = 0x63726C65
+"""First key of an instance name's lock; the second is hashtext("schema/instance")."""
 
 
 class PgUnavailable(StoreUnavailable):
@@ -338,25 +341,40 @@ class PostgresBackend:
         return found
 
     @contextlib.contextmanager
-    def hold(self) -> Iterator[None]:
-        """Hold this schema's instance lock while inside; StoreUnavailable naming the holder
-        when another crawld (or a `store copy`) has it.
+    def hold(self, instance: str | None = None) -> Iterator[None]:
+        """Hold this schema while inside; StoreUnavailable naming the holder when it is taken.
 
-        A session advisory lock on a connection of its own: it dies with its process (kill -9
-        included) or its connection, so a crash never leaves it stuck. One instance per schema
-        until cluster mode lets several share one."""
+        `instance` given (a running crawld): a shared lock on the schema, which any number of
+        cluster members take together, and the instance name's own lock, so two live processes
+        never share a name. None (`store copy`): the schema's lock alone, exclusive, so no crawld
+        runs while a copy reads or fills it. Session advisory locks on a connection of their
+        own: they die with their process (kill -9 included) or its connection, so a crash never
+        leaves one stuck."""
         conn = connect(self.dsn, self.schema, timeout=self.connect_timeout)
         try:
+            which = "pg_try_advisory_lock_shared" if instance else "pg_try_advisory_lock"
             row = conn.execute(
-                "SELECT pg_try_advisory_lock($1::integer, hashtext($2))",
-                (INSTANCE_LOCK, self.schema),
+                f"SELECT {which}($1::integer, hashtext($2))", (INSTANCE_LOCK, self.schema)
             ).fetchone()
             if not (row and row[0]):
                 raise StoreUnavailable(
                     f"postgres: schema {self.schema} at {describe_dsn(self.dsn)} is in use by"
-                    f" another crawld ({_holder(conn, self.schema)}); one instance per schema:"
-                    " stop it, or give this one another [store] schema"
+                    f" {'a store copy' if instance else 'a running crawld'}"
+                    f" ({_holder(conn, INSTANCE_LOCK, self.schema)}): stop it first"
                 )
+            if instance:
+                key = f"{self.schema}/{instance}"
+                row = conn.execute(
+                    "SELECT pg_try_advisory_lock($1::integer, hashtext($2))",
+                    (MEMBER_LOCK, key),
+                ).fetchone()
+                if not (row and row[0]):
+                    raise StoreUnavailable(
+                        f"postgres: instance name {instance!r} is in use on schema {self.schema}"
+                        f" at {describe_dsn(self.dsn)} by another live crawld"
+                        f" ({_holder(conn, MEMBER_LOCK, key)}); give this one another"
+                        " [cluster] instance"
+                    )
             yield
         finally:
             conn.close()
@@ -380,17 +398,18 @@ class PostgresBackend:
         writer.raw.close()
 
 
-def _holder(conn: psycopg.Connection[Any], schema: str) -> str:
-    """Who holds the instance lock of `schema`, as the server sees the connection."""
+def _holder(conn: psycopg.Connection[Any], lock: int, key: str) -> str:
+    """Who holds advisory lock (lock, hashtext(key)), as the server sees the connection."""
     row = conn.execute(
         "SELECT a.pid, coalesce(host(a.client_addr), 'local socket'), a.backend_start"
         " FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
         " WHERE l.locktype = 'advisory' AND l.granted AND l.classid = $1::bigint::oid"
-        " AND l.objid = (hashtext($2)::bigint & 4294967295)::oid AND l.objsubid = 2",
-        (INSTANCE_LOCK, schema),
+        " AND l.objid = (hashtext($2)::bigint & 4294967295)::oid AND l.objsubid = 2"
+        " ORDER BY a.backend_start LIMIT 1",
+        (lock, key),
     ).fetchone()
     if row is None:
-        return "its holder just left"
+        return "it just left"
     return f"server pid {row[0]}, connected from {row[1]} since {row[2]:%Y-%m-%d %H:%M:%S %Z}"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -57,6 +58,11 @@ def one(conn: Any, sql: str, bindings: tuple[Any, ...] = ()) -> Any:
     if row is None:
         raise LookupError(f"query returned no row: {sql}")
     return row
+
+
+def _now_ms(*_: Any) -> int:
+    """`crawld_now_ms()` in SQL: the clock leases are judged by (PostgreSQL has its own)."""
+    return time.time_ns() // 1_000_000
 
 
 def migrate(conn: apsw.Connection) -> int:
@@ -108,6 +114,7 @@ class SqliteBackend:
         conn.execute("pragma journal_mode=wal")
         conn.execute(f"pragma synchronous={self.synchronous}")
         conn.execute("pragma foreign_keys=on")
+        conn.create_scalar_function("crawld_now_ms", _now_ms, 0)
         return conn
 
     def open_readers(self) -> None:
@@ -155,8 +162,9 @@ class SqliteBackend:
         ]
         return {t: [(r[1], r[2]) for r in conn.execute(f"PRAGMA table_info({t})")] for t in tables}
 
-    def hold(self) -> contextlib.AbstractContextManager[None]:
-        """Keep every other crawld off this database while inside (the state dir's lock)."""
+    def hold(self, instance: str | None = None) -> contextlib.AbstractContextManager[None]:
+        """Keep every other crawld off this database while inside (the state dir's lock): a
+        file has one process, so one cluster member."""
         return hold_state_dir(self.path.parent)
 
     def after_copy(self, conn: apsw.Connection) -> None:

@@ -74,6 +74,8 @@ def fill(conn: Any) -> None:
     )
     conn.execute("INSERT INTO crawl_robots_blocked VALUES ('c1', 'http://a/private')")
     conn.execute("INSERT INTO crawl_idempotency VALUES ('key', 'c1', 1)")
+    conn.execute("INSERT INTO cluster_requests(lease, action, body, from_instance, created_ms)"
+                 " VALUES ('collector:t', 'start', '{}', 'a', 1)")  # fmt: skip
 
 
 def counts(conn: Any) -> dict[str, int]:
@@ -142,10 +144,10 @@ async def test_a_running_source_is_refused(tmp_path: Path, pg_schema: tuple[str,
         copy_store(SqliteBackend(tmp_path / "a" / "crawld.db"), pg_backend(*pg_schema))
     async with open_store(pg_backend(*pg_schema)) as store:
         assert await store.read(lambda c: one(c, "SELECT count(*) FROM jobs")[0]) == 0
-    # a running PostgreSQL deployment: another crawld holds the schema
+    # a running PostgreSQL deployment: a crawld (a cluster member) holds the schema
     with (
-        pg_backend(*pg_schema).hold(),
-        pytest.raises(StoreUnavailable, match="in use by another crawld"),
+        pg_backend(*pg_schema).hold("node-1"),
+        pytest.raises(StoreUnavailable, match=r"in use by a running crawld \(server pid"),
     ):
         copy_store(pg_backend(*pg_schema), SqliteBackend(tmp_path / "c" / "crawld.db"))
 

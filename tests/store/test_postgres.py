@@ -383,7 +383,7 @@ def test_check_config_secrets_reports_the_server(
     assert "hunter2" not in down.stderr
 
 
-async def test_a_second_instance_on_one_schema_refuses_naming_the_first(
+async def test_a_second_instance_of_one_name_on_a_schema_refuses_naming_the_first(
     pg_schema: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from daemon import config
@@ -400,7 +400,11 @@ async def test_a_second_instance_on_one_schema_refuses_naming_the_first(
     )
     async with trio.open_nursery() as nursery:
         first = await serve_daemon(nursery, path)
-        with pytest.raises(StoreUnavailable, match=rf"schema {schema} .* in use by another crawld"):
+        with pytest.raises(
+            StoreUnavailable,
+            match=rf"instance name '.+' is in use on schema {schema} .* by another live crawld"
+            r" \(server pid \d+",
+        ):
             await run_daemon(config.load(path), notifier=Notifier(None))
         first.request_stop()
         await first.stopped.wait()
