@@ -77,9 +77,13 @@ _COLUMNS = (
 )
 
 
+STREAM_PREFIX = "webhook:"
+
+
 def stream_name(job_id: str) -> str:
-    """The outbox stream holding a job's webhook events."""
-    return f"webhook:{job_id}"
+    """The outbox stream holding a job's webhook events (and, in cluster mode, the name of the
+    lease its drainer runs under)."""
+    return f"{STREAM_PREFIX}{job_id}"
 
 
 def decode_webhook(raw: bytes | None) -> WebhookFields | None:
@@ -385,6 +389,23 @@ def resumable(conn: Conn) -> list[tuple[JobRecord, int]]:
         if not record.finished or pending:
             found.append((record, pending))
     return found
+
+
+def undelivered(conn: Conn) -> dict[str, int]:
+    """Job id → events after its cursor, for every job stream with any (what a drainer must
+    deliver; O(1) per stream, see outbox.backlog)."""
+    rows: list[Any] = conn.execute(
+        "SELECT stream, last_seq - ack_cursor FROM outbox_streams"
+        " WHERE stream >= ? AND stream < ? AND last_seq > ack_cursor ORDER BY stream",
+        (STREAM_PREFIX, STREAM_PREFIX + "\U0010ffff"),
+    ).fetchall()
+    return {stream[len(STREAM_PREFIX) :]: int(n) for stream, n in rows}
+
+
+def is_terminated(conn: Conn, job_id: str) -> bool:
+    """Whether the job's terminal event (or final status) is committed; True when it is gone."""
+    row = conn.execute("SELECT terminated FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    return row is None or bool(row[0])
 
 
 def expired(conn: Conn, now_ms: int, limit: int) -> list[str]:
