@@ -418,7 +418,8 @@ class JobDrainer:
         self.lease = lease
         """The job's drainer lease (cluster mode): every write checks it."""
         self.poll_s = poll_s
-        """Re-read the store this often while idle (the producer may be another instance)."""
+        """Set when other instances share the store: re-read it this often while idle (the
+        producer may be another instance), and send nothing once the lease may have run out."""
 
     async def _write(self, fn: Callable[[Conn], Any]) -> Any:
         """`fn` in a store transaction that first checks the lease (LeaseLost: nothing kept)."""
@@ -435,7 +436,9 @@ class JobDrainer:
         """Raise LeaseLost once the lease may have run out (e.g. after a pause): nothing more
         goes out on the strength of it."""
         lease = self.lease
-        if lease is not None and (lease.lost.is_set() or lease.deadline <= trio.current_time()):
+        if lease is None or self.poll_s is None:
+            return
+        if lease.lost.is_set() or lease.deadline <= trio.current_time():
             raise LeaseLost(lease.name)
 
     async def _idle(self, woken: trio.Event) -> None:
