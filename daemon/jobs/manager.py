@@ -158,6 +158,11 @@ class JobManager:
         job_id = str(uuid.uuid4())
         at = self.clock_ms()
         job = JobState(job_id, kind, webhook, durable=self.jobs_cfg.store, attached=True)
+        lease: Lease | None = None
+        if self.cluster is not None and webhook is not None and self._nursery is not None:
+            # Before the first event commits, so no other instance's scan takes it first (before
+            # `run`, its resume takes the lease).
+            [lease] = await self.cluster.try_acquire([job.stream])
         self._active[job_id] = job
 
         def tx(conn: Conn) -> PendingEvents:
@@ -182,9 +187,11 @@ class JobManager:
             pending = await self.store.write(tx)
         except BaseException:
             self._active.pop(job_id, None)
+            if lease is not None:
+                await self.cluster.release(lease)  # type: ignore[union-attr]
             raise
         log.info("job created", job=job_id, kind=kind, webhook=webhook is not None)
-        self._spawn(job)
+        self._spawn(job, lease)
         await self.after_commit(pending)
         return job_id
 
