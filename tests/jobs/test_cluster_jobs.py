@@ -5,8 +5,6 @@ delivery over when its drainer's owner stops or stops renewing."""
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
 
 import pytest
 import trio
@@ -20,9 +18,10 @@ from daemon.jobs import store as jobstore
 from daemon.jobs.drainer import Deliverer, DeliverySettings, Final, JobDrainer, JobState
 from daemon.jobs.manager import JobManager
 from daemon.outbox import NewItem, Outbox, append, read_after_cursor, stream_state
-from daemon.store import Conn, Store, open_store
-from tests.conftest import pg_backend
+from daemon.store import Conn, Store
+from tests.cluster import test_cluster
 from tests.jobs.conftest import fast_webhooks
+from tests.jobs.test_crash import poll
 
 # -- rules -------------------------------------------------------------------------------------
 
@@ -122,16 +121,18 @@ async def test_no_attempt_starts_once_the_lease_may_have_run_out(store: Store) -
 
 # -- two instances on one PostgreSQL schema ----------------------------------------------------
 
+two_stores = test_cluster.two_stores
+
 PAGES = 20
 EVENTS = PAGES + 2
 
 
-@pytest.fixture
-async def two_stores(pg_schema: tuple[str, str]) -> AsyncIterator[tuple[Store, Store]]:
-    async with AsyncExitStack() as stack:
-        a = await stack.enter_async_context(open_store(pg_backend(*pg_schema)))
-        b = await stack.enter_async_context(open_store(pg_backend(*pg_schema)))
-        yield a, b
+async def _started(nursery: trio.Nursery, store: Store, name: str) -> tuple[Cluster, JobManager]:
+    """An instance (its Cluster and JobManager) running in `nursery`."""
+    cluster, manager = _instance(store, name)
+    await nursery.start(cluster.run)
+    await nursery.start(manager.run)
+    return cluster, manager
 
 
 def _instance(store: Store, name: str) -> tuple[Cluster, JobManager]:
@@ -162,25 +163,14 @@ def _check_once_in_order(rx: WebhookReceiver, job: str) -> None:
     assert len(seqs) - len(first_time) <= 1, rx.duplicates
 
 
-async def _wait(predicate: object, timeout: float) -> None:
-    assert callable(predicate)
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.02)
-
-
 async def test_another_instance_continues_the_job_after_its_drainer_owner_stops(
     two_stores: tuple[Store, Store], rx: WebhookReceiver
 ) -> None:
     a_store, b_store = two_stores
-    a, ma = _instance(a_store, "a")
-    b, mb = _instance(b_store, "b")
     async with trio.open_nursery() as outer:
-        await outer.start(b.run)
-        await outer.start(mb.run)
+        b, mb = await _started(outer, b_store, "b")
         async with trio.open_nursery() as inner:
-            await inner.start(a.run)
-            await inner.start(ma.run)
+            _, ma = await _started(inner, a_store, "a")
             rx.delay_next(5, 0.01)
             rx.delay_next(EVENTS, 0.2)  # slow answers: a stops mid-stream
             job = await _produce(ma, rx)
@@ -188,7 +178,8 @@ async def test_another_instance_continues_the_job_after_its_drainer_owner_stops(
             # The API answers alike on both instances.
             assert await mb.get_job(job) == await ma.get_job(job)
             assert await mb.job_rows(job, 5, 3, 10**6) == await ma.job_rows(job, 5, 3, 10**6)
-            await _wait(lambda: _delivered(rx, job) >= 5, 10)
+            assert await mb.job_errors(job) == await ma.job_errors(job)
+            await poll(lambda: _delivered(rx, job) >= 5, 10)
             view = await mb.status()
             assert view["cluster"]["drainers"] == {"a": 1}
             assert view["cluster"]["jobs"][0]["instance"] == "a"
@@ -196,10 +187,10 @@ async def test_another_instance_continues_the_job_after_its_drainer_owner_stops(
         stopped_at = _delivered(rx, job)
         assert stopped_at < EVENTS
         rx.clear_faults()
-        await _wait(lambda: _delivered(rx, job) == EVENTS, 10)
+        await poll(lambda: _delivered(rx, job) == EVENTS, 10)
         _check_once_in_order(rx, job)
         assert (await mb.get_job(job)).status == "completed"  # type: ignore[union-attr]
-        await _wait(lambda: mb._active.get(job) is None, 5)
+        await poll(lambda: mb._active.get(job) is None, 5)
         assert await b.holder(jobstore.stream_name(job)) is None  # released once drained
         outer.cancel_scope.cancel()
 
@@ -209,18 +200,16 @@ async def test_a_drainer_whose_lease_runs_out_sends_nothing_more_and_the_other_c
 ) -> None:
     a_store, b_store = two_stores
     a, ma = _instance(a_store, "a")
-    b, mb = _instance(b_store, "b")
     async with trio.open_nursery() as nursery:
-        await nursery.start(b.run)
-        await nursery.start(mb.run)
+        b, _ = await _started(nursery, b_store, "b")
         await a.join()  # a's cluster loop never runs: its leases are not renewed (a pause)
         await nursery.start(ma.run)
         rx.delay_next(EVENTS, 0.3)
         job = await _produce(ma, rx)
         assert await b.holder(jobstore.stream_name(job)) == "a"
         # Once a's lease has run out it starts no attempt; b takes over after the cursor.
-        await _wait(lambda: jobstore.stream_name(job) in b.held, 8)
-        await _wait(lambda: _delivered(rx, job) == EVENTS, 20)
+        await poll(lambda: jobstore.stream_name(job) in b.held, 8)
+        await poll(lambda: _delivered(rx, job) == EVENTS, 20)
         _check_once_in_order(rx, job)
         assert ma._active.get(job) is None or not ma._active[job].drainer
         nursery.cancel_scope.cancel()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from daemon.jobs import store as jobstore
 from daemon.store import open_store
 from tests.conftest import pg_backend
 from tests.jobs.conftest import SECRET, SECRET_ENV
+from tests.jobs.test_crash import CONFIG, poll
 
 pytestmark = pytest.mark.process
 
@@ -31,16 +32,9 @@ LEASE_S = 2.0
 
 
 def _config(name: str, schema: str, state_dir: Path) -> str:
-    return f"""
-[daemon]
-state_dir = "{state_dir}"
-[http]
-enabled = false
-[webhooks]
-secret_env = "{SECRET_ENV}"
-timeout = "2s"
-retry_schedule = ["10ms", "20ms"]
-allow_cidrs = ["127.0.0.0/8"]
+    return (
+        CONFIG.replace('"state"', f'"{state_dir}"')
+        + f"""
 [store]
 kind = "postgres"
 dsn_env = "CRAWLD_TEST_STORE_DSN"
@@ -49,6 +43,7 @@ schema = "{schema}"
 instance = "{name}"
 lease = "{LEASE_S:g}s"
 """
+    )
 
 
 class Instances:
@@ -121,12 +116,6 @@ class _suppress_lookup:
 
     def __exit__(self, *exc: object) -> bool:
         return exc[0] is ProcessLookupError
-
-
-async def poll(predicate: Callable[[], bool], timeout: float) -> None:
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.01)
 
 
 def delivered(rx: WebhookReceiver) -> int:
