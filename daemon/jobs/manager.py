@@ -631,10 +631,13 @@ class JobManager:
         cluster = self.cluster
         try:
             if cluster is not None and lease is None:
-                taken = await cluster.try_acquire([job.stream])
+                try:
+                    taken = await cluster.try_acquire([job.stream])
+                except DB_ERRORS as exc:
+                    log.warning("could not take a drainer lease", job=job.id, error=str(exc))
+                    taken = []
                 if not taken:
-                    job.remote = True
-                    log.info("another instance drains the job's webhook", job=job.id)
+                    job.remote = True  # the scan tries again while it has events to deliver
                     return
                 [lease] = taken
             if lease is None:

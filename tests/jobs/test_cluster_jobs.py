@@ -213,3 +213,31 @@ async def test_a_drainer_whose_lease_runs_out_sends_nothing_more_and_the_other_c
         _check_once_in_order(rx, job)
         assert ma._active.get(job) is None or not ma._active[job].drainer
         nursery.cancel_scope.cancel()
+
+
+async def test_expiry_runs_on_one_instance_and_drops_the_jobs_drainer_lease(
+    two_stores: tuple[Store, Store], rx: WebhookReceiver
+) -> None:
+    a_store, b_store = two_stores
+    async with trio.open_nursery() as nursery:
+        a, ma = await _started(nursery, a_store, "a")
+        b, mb = await _started(nursery, b_store, "b")
+        for manager in (ma, mb):
+            manager.jobs_cfg = JobsConfig(ttl=Duration(1))
+            await nursery.start(manager.run_cleanup)
+        await poll(lambda: "jobs:expiry" in a.held or "jobs:expiry" in b.held, 5)
+        await trio.sleep(1.0)
+        assert ("jobs:expiry" in a.held) != ("jobs:expiry" in b.held)
+        job = await _produce(mb, rx)
+        await poll(lambda: _delivered(rx, job) == EVENTS, 10)
+
+        async def gone() -> bool:
+            def read(conn: Conn) -> tuple[object, list[dict[str, object]]]:
+                return jobstore.get_job(conn, job), cs.leases(conn, jobstore.stream_name(job))
+
+            return await b_store.read(read) == (None, [])
+
+        with trio.fail_after(10):
+            while not await gone():
+                await trio.sleep(0.2)
+        nursery.cancel_scope.cancel()
