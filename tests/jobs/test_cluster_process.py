@@ -156,17 +156,18 @@ async def test_kill_9_of_the_draining_instance_others_continue_every_job(
         before = delivered(rx)
         assert before < events, "the jobs were delivered before the kill"
         rx.clear_faults()
-        rx.delay_next(events, 0.02)
+        rx.delay_next(events, 0.05)
         await poll(lambda: delivered(rx) > before, LEASE_S + 5)
         failover_s = trio.current_time() - killed_at
-        await trio.sleep(1.0)  # every instance's scan has run
-        spread = sorted((await group.holders()).values())
+        takers: dict[str, str] = {}
+        with trio.fail_after(60):
+            while delivered(rx) < events:
+                takers.update(await group.holders())
+                await trio.sleep(0.1)
+        spread = sorted(takers[job] for job in ids if job in takers)
         assert set(spread) == {"b", "c"}, spread  # the survivors share a's jobs
-        await poll(lambda: delivered(rx) == events, 60)
         check_every_event_once_in_order(rx, ids, pages)
         assert len(rx.duplicates) <= jobs, rx.duplicates
-        takers = {r.job_id for r in rx.events()}
-        assert takers == set(ids)
         print(f"failover {failover_s:.2f}s, {spread=}, repeated {len(rx.duplicates)} of {events}")
         for name in ("b", "c"):
             group.procs[name].send_signal(signal.SIGTERM)
