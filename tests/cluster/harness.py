@@ -24,6 +24,8 @@ import trio
 
 ROOT = Path(__file__).resolve().parents[2]
 DSN_ENV = "CRAWLD_TEST_STORE_DSN"
+CRAWLD_RUN = ("-m", "daemon", "run", "--config", "{config}")
+"""What an instance runs (python arguments; `{config}` becomes its config file)."""
 DEFAULT_BASE = """
 [collector]
 enabled = false
@@ -96,6 +98,7 @@ class Instance:
     port: int
     config: Path
     log: Path
+    command: tuple[str, ...] = CRAWLD_RUN
     proc: subprocess.Popen[bytes] | None = None
     started: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -169,10 +172,18 @@ class Instances:
         return to_toml(merge(doc, tomllib.loads(extra)))
 
     def add(
-        self, key: str, extra: str = "", *, instance: str | None = None, lease: str | None = None
+        self,
+        key: str,
+        extra: str = "",
+        *,
+        instance: str | None = None,
+        lease: str | None = None,
+        command: tuple[str, ...] | None = None,
     ) -> Instance:
         """Write (or rewrite) the config of instance `key`; `instance` is its `[cluster]
-        instance` (default: `key`), `extra` a TOML fragment over the shared base."""
+        instance` (default: `key`), `extra` a TOML fragment over the shared base, `command`
+        what it runs instead of `crawld run` (e.g. a module adding components, as
+        tests/cluster/lease_daemon.py)."""
         inst = self.by_key.get(key)
         if inst is None:
             folder = self.root / key
@@ -182,6 +193,8 @@ class Instances:
             self.by_key[key] = inst
         elif instance is not None:
             inst.name = instance
+        if command is not None:
+            inst.command = command
         inst.config.write_text(self.document(inst, extra, lease))
         return inst
 
@@ -193,17 +206,17 @@ class Instances:
 
     # Processes --------------------------------------------------------------------------
 
-    def spawn(self, key: str, *args: str) -> Instance:
-        """Start `crawld run` for `key` (configured by `add`, or now with defaults) without
-        waiting; `args` go after `--config FILE`."""
+    def spawn(self, key: str) -> Instance:
+        """Start `key`'s process (configured by `add`, or now with defaults) without
+        waiting."""
         inst = self.by_key.get(key) or self.add(key)
         if inst.running():
             raise RuntimeError(f"{key} is already running (pid {inst.pid})")
         with inst.log.open("ab") as log:
-            log.write(f"--- crawld run ({key}) ---\n".encode())
+            log.write(f"--- {' '.join(inst.command)} ({key}) ---\n".encode())
             log.flush()
             inst.proc = subprocess.Popen(
-                [sys.executable, "-m", "daemon", "run", "--config", str(inst.config), *args],
+                [sys.executable, *(a.format(config=inst.config) for a in inst.command)],
                 env=self.env,
                 cwd=ROOT,
                 stdin=subprocess.DEVNULL,
@@ -252,6 +265,20 @@ class Instances:
         self.spawn(key)
         code = await self.wait_exit(key, timeout)
         return code, inst.stderr()[before:]
+
+    async def crawld(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
+        """Run `crawld ARGS` (e.g. "check-config", "--secrets", path) with the instances'
+        environment; its exit code and output (stdout, stderr) whatever the code."""
+        with trio.fail_after(timeout):
+            result: subprocess.CompletedProcess[bytes] = await trio.run_process(
+                [sys.executable, "-m", "daemon", *args],
+                env=self.env,
+                cwd=ROOT,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
+        return result
 
     def kill9(self, key: str) -> None:
         """SIGKILL: no cleanup of any kind (waits for the process to be gone)."""
