@@ -5,15 +5,22 @@ state, the queue's last hour, and the errors naming the field."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import httpx
 
-from daemon import outbox
-from daemon.config import WebhookSpec
-from daemon.jobs import store as js
 from daemon.outbox import NewItem
-from tests.ui.conftest import DAY_MS, KEY, StartDaemon, add_video, client, keyed
+from tests.ui.conftest import (
+    DAY_MS,
+    GONE_JOB,
+    KEY,
+    PLAIN_JOB,
+    STUCK_JOB,
+    StartDaemon,
+    add_video,
+    add_webhook_jobs,
+    client,
+    keyed,
+)
 
 
 async def test_assets_are_served_with_a_strict_policy(start_daemon: StartDaemon) -> None:
@@ -206,27 +213,12 @@ async def test_queue_history_counts_what_the_queue_took(start_daemon: StartDaemo
 
 async def test_jobs_carry_their_webhook_delivery_state(start_daemon: StartDaemon) -> None:
     daemon = await start_daemon()
-    assert daemon.store is not None
-    hook = WebhookSpec(url="https://example.com/hook")
-
-    def setup(conn: Any) -> None:
-        for job_id in ("j-stuck", "j-gone"):
-            js.insert_job(conn, job_id=job_id, kind="crawl", webhook=hook, source={"url": "x"},
-                          at_ms=1000, expires_ms=2**60)  # fmt: skip
-            items = [NewItem(f"k{i}", b"{}") for i in range(3)]
-            outbox.append(conn, js.stream_name(job_id), items, 0)
-        js.add_error(conn, "j-stuck", code="WEBHOOK_FAILED", error="x", url=None, at_ms=1)
-        js.mark_gone(conn, "j-gone", event_id="j-gone:1", type_="crawl.page", url="u", at_ms=1,
-                     stream=js.stream_name("j-gone"), seq=1)  # fmt: skip
-        js.insert_job(conn, job_id="j-plain", kind="crawl", webhook=None, source={},
-                      at_ms=1000, expires_ms=2**60)  # fmt: skip
-
-    await daemon.store.write(setup)
+    await add_webhook_jobs(daemon)
     async with client(daemon) as http:
         jobs = {j["id"]: j for j in (await http.get("/ui/api/jobs")).json()["jobs"]}
-    stuck = jobs["j-stuck"]["delivery"]
+    stuck = jobs[STUCK_JOB]["delivery"]
     assert (stuck["cursor"], stuck["pending"], stuck["failed"], stuck["gone"]) == (0, 3, 1, None)
-    gone = jobs["j-gone"]["delivery"]
+    gone = jobs[GONE_JOB]["delivery"]
     assert (gone["cursor"], gone["pending"]) == (3, 0)
-    assert gone["gone"]["event_id"] == "j-gone:1" and gone["gone"]["skipped"] == 2
-    assert jobs["j-plain"]["delivery"] is None
+    assert gone["gone"]["event_id"] == f"{GONE_JOB}:1" and gone["gone"]["skipped"] == 2
+    assert jobs[PLAIN_JOB]["delivery"] is None
