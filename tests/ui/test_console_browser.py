@@ -2,7 +2,8 @@
 an in-process daemon: every page loads with no console error and no failed request, the key
 prompt, the collector buttons, the curve's point count, a hostile title, 375 px without a
 horizontal scroll, the queue's last hour and cluster members on the overview, webhook delivery
-on the jobs, schedules with lag on the tracker. Screenshots go to the artifact folder (and docs/ with CRAWLD_UI_DOCS=1)."""
+on the jobs, schedules with lag on the tracker. Screenshots go to the artifact folder (and docs/
+with CRAWLD_UI_DOCS=1)."""
 
 from __future__ import annotations
 
@@ -21,20 +22,9 @@ import trio
 from daemon.api import control
 from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
 from daemon.outbox import NewItem
+from tests.ui import conftest as ui
 from tests.ui.cdp import Browser, Page
-from tests.ui.conftest import (
-    ARTIFACTS,
-    DAY_MS,
-    GONE_JOB,
-    KEY,
-    PLAIN_JOB,
-    STUCK_JOB,
-    StartDaemon,
-    add_video,
-    add_webhook_jobs,
-    base_url,
-    keyed,
-)
+from tests.ui.conftest import ARTIFACTS, DAY_MS, KEY, StartDaemon, add_video, base_url, keyed
 
 PAGES = ["overview", "collector", "jobs", "tracker", "crawl"]
 DOCS = {"console-overview", "console-video"}
@@ -311,18 +301,22 @@ async def test_overview_draws_the_queue_hour_and_cluster_members(
 
 async def test_jobs_show_webhook_delivery(start_daemon: StartDaemon, chromium: Browser) -> None:
     daemon = await start_daemon()
-    await add_webhook_jobs(daemon)
+    await ui.add_webhook_jobs(daemon)
     url = base_url(daemon) + "/ui"
 
     def check() -> None:
         page = open_page(chromium, f"{url}#/jobs")
-        cell = page.wait(f"document.querySelector('[data-delivery=\"{STUCK_JOB}\"]').textContent")
+        cell = page.wait(
+            f"document.querySelector('[data-delivery=\"{ui.STUCK_JOB}\"]').textContent"
+        )
         assert cell == "cursor 0/3 · pending 3 · failed 1"
-        gone = page.js(f"document.querySelector('[data-delivery=\"{GONE_JOB}\"]').textContent")
-        assert gone == f"cursor 3/3 · pending 0 · failed 0 · gone (410 at {GONE_JOB}:1, 2 skipped)"
-        plain = page.js(f"document.querySelector('[data-delivery=\"{PLAIN_JOB}\"]').textContent")
+        gone = page.js(f"document.querySelector('[data-delivery=\"{ui.GONE_JOB}\"]').textContent")
+        assert (
+            gone == f"cursor 3/3 · pending 0 · failed 0 · gone (410 at {ui.GONE_JOB}:1, 2 skipped)"
+        )
+        plain = page.js(f"document.querySelector('[data-delivery=\"{ui.PLAIN_JOB}\"]').textContent")
         assert plain == "no webhook"
-        loaded(page, f"{url}#/job/{GONE_JOB}")
+        loaded(page, f"{url}#/job/{ui.GONE_JOB}")
         cards = page.wait("document.getElementById('job-delivery').textContent")
         assert "410 at" in cards and "2 skipped" in cards
         assert page.problems() == []
