@@ -334,8 +334,9 @@ async def test_tracker_shows_schedules_by_type_and_status_with_lag(
     now = int(time.time() * 1000)
 
     def write(conn: Any) -> None:
-        for aid, type_, status in [(1, "new", "pending"), (2, "new", "pending"),
-                                   (3, "normal", "completed"), (4, "archive", "failed")]:  # fmt: skip
+        rows = [(1, "new", "pending"), (2, "new", "pending"), (3, "normal", "completed"),
+                (4, "archive", "failed")]  # fmt: skip
+        for aid, type_, status in rows:
             conn.execute(
                 "INSERT INTO tracker_schedules(aid, type, status, planned_ms, created_ms)"
                 " VALUES (?, ?, ?, ?, ?)",
