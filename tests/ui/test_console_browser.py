@@ -67,6 +67,8 @@ async def test_every_page_loads_clean_and_fits_375px(
     await add_video(
         daemon, 170001, title="【洛天依原创】十万星河", snapshots=500, span_ms=40 * DAY_MS
     )
+    assert daemon.outbox is not None
+    await daemon.outbox.append("queue:job_data", [NewItem(f"r{i}", b"{}") for i in range(40)])
     url = base_url(daemon) + "/ui"
 
     def check() -> None:
