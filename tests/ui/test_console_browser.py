@@ -258,7 +258,8 @@ async def test_overview_draws_the_queue_hour_and_cluster_members(
         page = open_page(chromium, url)
         page.wait("document.querySelector('svg.queue-chart').dataset.published === '3'")
         assert page.js("document.querySelectorAll('svg.queue-chart rect.bar').length") >= 1
-        assert page.js("document.getElementById('cluster')") is None  # no cluster key yet
+        # a single instance: /status.cluster says enabled: false, and no members are drawn
+        assert page.js("document.getElementById('cluster')") is None
         return page
 
     page = await run(first)
@@ -266,8 +267,8 @@ async def test_overview_draws_the_queue_hour_and_cluster_members(
     members = [
         {"instance": HOSTILE, "host": HOSTILE, "pid": 41, "http": "javascript:alert(1)",
          "started_ms": 1, "heartbeat_ms": 2, "expires_ms": 3, "alive": True, "holds": [HOSTILE]},
-        {"instance": "b", "host": "h2", "pid": 42, "http": None, "started_ms": 1,
-         "heartbeat_ms": 2, "expires_ms": 3, "alive": False, "holds": []},
+        {"instance": "b", "host": "h2", "pid": 42, "http": None, "started_ms": 1, "self": True,
+         "heartbeat_ms": 2, "expires_ms": 3, "alive": False, "holds": [], "version": "0.1.0"},
     ]  # fmt: skip
 
     plain_status = control.build_status
@@ -288,8 +289,10 @@ async def test_overview_draws_the_queue_hour_and_cluster_members(
             "[...document.querySelectorAll('#cluster tbody tr:first-child td')]"
             ".map(td => td.textContent)"
         )
-        assert cells[0] == cells[1] == HOSTILE and cells[3] == "javascript:alert(1)"
+        assert cells[0] == cells[1] == HOSTILE and cells[4] == "javascript:alert(1)"
         assert cells[-1] == HOSTILE and cells[-2] == "alive"
+        mine = page.js("document.querySelector('#cluster tbody tr:nth-child(2) td').textContent")
+        assert mine == "b (this one)"
         assert page.js("document.querySelectorAll('#cluster a, main script, main img').length") == 0
         assert page.js("window.__pwned === undefined")
         summary = page.js("document.querySelector('section.cards').textContent")

@@ -270,7 +270,8 @@ function overviewPage(main) {
     async refresh() {
       const [s, q] = await Promise.all([api("/status"), api("/ui/api/queue")]);
       const queued = findNumber(s.collector, ["undelivered", "pending", "queue_size"]);
-      const members = s.cluster && Array.isArray(s.cluster.members) ? s.cluster.members : [];
+      const clustered = s.cluster && s.cluster.enabled !== false && Array.isArray(s.cluster.members);
+      const members = clustered ? s.cluster.members : [];
       const alive = members.filter((m) => m && m.alive === true).length;
       const reload = s.config.last_reload;
       const store = s.store || {};
@@ -304,22 +305,23 @@ function overviewPage(main) {
           el("span", { class: "coins" }, "— depth")),
         queueChart(q),
         clusterMembers(s.cluster, members),
-        section("Store", s.store), section("Broker", s.broker), section("Webhooks", s.webhooks),
+        section("Store", s.store), section("Cluster", s.cluster), section("Broker", s.broker), section("Webhooks", s.webhooks),
         section("Collector", s.collector), section("Tracker", s.tracker), section("Crawl", s.crawl),
         section("HTTP", s.http));
     },
   };
 }
 
-// /status.cluster, once cluster mode is there: every field comes from another process's row
-// in the store, so each is shown as text (a member's http address is not made a link)
+// /status.cluster in cluster mode (a single instance reports enabled: false): every field comes
+// from another process's row in the store, so each is shown as text (an http address is no link)
 function clusterMembers(cluster, members) {
   if (!members.length) return null;
   const text = (v) => (v === null || v === undefined ? "–" : String(v));
   return el("section", { id: "cluster", "aria-label": "Cluster members" },
     el("h3", {}, `Cluster members (this instance: ${text(cluster.instance)}, lease ${text(cluster.lease_s)} s)`),
-    table(["instance", "host", "pid", "http", "started", "heartbeat", "lease until", "alive", "holds"],
-      members.map((m) => [text(m.instance), text(m.host), num(m.pid), text(m.http), fmtAgo(m.started_ms),
+    table(["instance", "host", "pid", "version", "http", "started", "heartbeat", "lease until", "alive", "holds"],
+      members.map((m) => [text(m.instance) + (m.self === true ? " (this one)" : ""), text(m.host), num(m.pid),
+        text(m.version), text(m.http), fmtAgo(m.started_ms),
         fmtAgo(m.heartbeat_ms), fmtTime(m.expires_ms),
         el("td", { class: m.alive === true ? "ok" : "bad" }, m.alive === true ? "alive" : "not alive"),
         Array.isArray(m.holds) ? m.holds.map(text).join(", ") : "–"])));
