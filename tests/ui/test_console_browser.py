@@ -252,38 +252,46 @@ async def test_overview_draws_the_queue_hour_and_cluster_members(
     daemon = await start_daemon(extra='[broker]\nkind = "embedded"')
     assert daemon.outbox is not None
     await daemon.outbox.append("queue:job_data", [NewItem(f"a{i}", b"{}") for i in range(3)])
-    url = base_url(daemon) + "/ui#/overview"
-
-    def first() -> Page:
-        page = open_page(chromium, url)
-        page.wait("document.querySelector('svg.queue-chart').dataset.published === '3'")
-        assert page.js("document.querySelectorAll('svg.queue-chart rect.bar').length") >= 1
-        # a single instance: /status.cluster says enabled: false, and no members are drawn
-        assert page.js("document.getElementById('cluster')") is None
-        return page
-
-    page = await run(first)
-    await daemon.outbox.append("queue:job_data", [NewItem(f"b{i}", b"{}") for i in range(2)])
     members = [
         {"instance": HOSTILE, "host": HOSTILE, "pid": 41, "http": "javascript:alert(1)",
          "started_ms": 1, "heartbeat_ms": 2, "expires_ms": 3, "alive": True, "holds": [HOSTILE]},
         {"instance": "b", "host": "h2", "pid": 42, "http": None, "started_ms": 1, "self": True,
          "heartbeat_ms": 2, "expires_ms": 3, "alive": False, "holds": [], "version": "0.1.0"},
     ]  # fmt: skip
-
+    cluster: list[dict[str, Any] | None] = [None]
     plain_status = control.build_status
 
-    async def with_cluster(daemon: Any) -> dict[str, Any]:
-        # /status as cluster mode will shape it (another branch adds the section)
+    async def status_as(daemon: Any) -> dict[str, Any]:
+        # /status without a cluster section (before cluster mode), then as cluster mode shapes it
         status: dict[str, Any] = msgspec.to_builtins(await plain_status(daemon))
-        status["cluster"] = {"enabled": True, "instance": HOSTILE, "lease_s": 15.0,
-                             "members": members, "leases": []}  # fmt: skip
+        status.pop("cluster", None)
+        if cluster[0] is not None:
+            status["cluster"] = cluster[0]
         return status
 
-    monkeypatch.setattr(control, "build_status", with_cluster)
+    monkeypatch.setattr(control, "build_status", status_as)
+    url = base_url(daemon) + "/ui#/overview"
+
+    def first() -> Page:
+        page = open_page(chromium, url)
+        page.wait("document.querySelector('svg.queue-chart').dataset.published === '3'")
+        assert page.js("document.querySelectorAll('svg.queue-chart rect.bar').length") >= 1
+        assert page.js("document.getElementById('cluster')") is None
+        return page
+
+    page = await run(first)
+    await daemon.outbox.append("queue:job_data", [NewItem(f"b{i}", b"{}") for i in range(2)])
+    cluster[0] = {"enabled": False, "instance": "solo", "lease_s": 15.0, "members": members[1:]}
+
+    def alone() -> None:
+        page.wait("document.querySelector('svg.queue-chart').dataset.published === '5'")
+        assert page.js("document.getElementById('cluster')") is None  # not in cluster mode
+
+    await run(alone)
+    cluster[0] = {"enabled": True, "instance": HOSTILE, "lease_s": 15.0, "members": members,
+                  "leases": []}  # fmt: skip
 
     def second() -> None:
-        page.wait("document.querySelector('svg.queue-chart').dataset.published === '5'")
         page.wait("document.getElementById('cluster')")
         cells = page.js(
             "[...document.querySelectorAll('#cluster tbody tr:first-child td')]"
