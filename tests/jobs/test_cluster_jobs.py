@@ -218,10 +218,10 @@ async def test_a_drainer_whose_lease_runs_out_sends_nothing_more_and_the_other_c
 async def test_expiry_runs_on_one_instance_and_drops_the_jobs_drainer_lease(
     two_stores: tuple[Store, Store], rx: WebhookReceiver
 ) -> None:
-    a_store, b_store = two_stores
     async with trio.open_nursery() as nursery:
-        a, ma = await _started(nursery, a_store, "a")
-        b, mb = await _started(nursery, b_store, "b")
+        (a, ma), (b, mb) = [
+            await _started(nursery, s, n) for s, n in zip(two_stores, "ab", strict=True)
+        ]
         for manager in (ma, mb):
             manager.jobs_cfg = JobsConfig(ttl=Duration(1))
             await nursery.start(manager.run_cleanup)
@@ -235,7 +235,7 @@ async def test_expiry_runs_on_one_instance_and_drops_the_jobs_drainer_lease(
             def read(conn: Conn) -> tuple[object, list[dict[str, object]]]:
                 return jobstore.get_job(conn, job), cs.leases(conn, jobstore.stream_name(job))
 
-            return await b_store.read(read) == (None, [])
+            return await two_stores[1].read(read) == (None, [])
 
         with trio.fail_after(10):
             while not await gone():
