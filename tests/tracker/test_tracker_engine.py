@@ -354,10 +354,10 @@ async def test_failed_completion_stores_nothing_and_is_recovered(
         await env.tracker.schedule(aid, "normal", env.clock())
     real_finish = ts.finish
 
-    def broken(conn: apsw.Connection, ids: Any, status: str, *args: Any) -> int:
+    def broken(conn: apsw.Connection, ids: Any, status: str, *args: Any, **kw: Any) -> list[int]:
         if status == "completed":
             raise apsw.IOError("disk I/O error")
-        return real_finish(conn, ids, status, *args)
+        return real_finish(conn, ids, status, *args, **kw)
 
     monkeypatch.setattr(ts, "finish", broken)
     failed = []
