@@ -79,23 +79,21 @@ class Reservation(NamedTuple):
 
 def _lock(
     conn: Conn, proxy: str, windows: Sequence[tuple[str, Window]], now_ms: int | None
-) -> dict[str, int]:
-    """Lock the proxy's rows (a missing one starts conservatively: its burst spent now) and
-    return their TATs."""
+) -> tuple[dict[str, int], int]:
+    """Lock the proxy's rows (a missing one starts conservatively: its burst spent now); return
+    their TATs and the instant after the last lock."""
     rows = conn.executemany(
         "INSERT INTO tracker_limiter (proxy, limit_key, tat_ms)"
         " VALUES (?1, ?2, coalesce(?3, crawld_now_ms()) + ?4)"
         " ON CONFLICT (proxy, limit_key) DO UPDATE SET tat_ms = tracker_limiter.tat_ms"
-        " RETURNING limit_key, tat_ms",
+        " RETURNING limit_key, tat_ms, coalesce(?3, crawld_now_ms())",
         [(proxy, key, now_ms, window.per_ms) for key, window in windows],
     )
-    return {key: int(tat) for key, tat in rows}
-
-
-def _now(conn: Conn, now_ms: int | None) -> int:
-    if now_ms is not None:
-        return now_ms
-    return int(conn.execute("SELECT crawld_now_ms()").fetchone()[0])
+    tats, now = {}, 0
+    for key, tat, at in rows:
+        tats[key] = int(tat)
+        now = max(now, int(at))
+    return tats, now
 
 
 def reserve(
@@ -111,8 +109,9 @@ def reserve(
     nothing (see the module comment). With `exhaust`, first count every window as fully spent
     now (upstream refused a request for its rate)."""
     ordered = sorted(windows)
-    tats_ms = _lock(conn, proxy, ordered, now_ms)
-    now = _now(conn, now_ms)
+    tats_ms, now = _lock(conn, proxy, ordered, now_ms)
+    if not ordered:
+        now = _now(conn, now_ms)
     if exhaust:
         for key, window in ordered:
             tats_ms[key] = max(tats_ms[key], now + window.per_ms)
