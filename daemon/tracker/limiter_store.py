@@ -96,6 +96,12 @@ def _lock(
     return tats, now
 
 
+def _now(conn: Conn, now_ms: int | None) -> int:
+    if now_ms is not None:
+        return now_ms
+    return int(conn.execute("SELECT crawld_now_ms()").fetchone()[0])
+
+
 def reserve(
     conn: Conn,
     proxy: str,
