@@ -46,11 +46,13 @@ bulk_limits = [{{ requests = 20, per = "1s" }}]
 """
 
 
-async def seed(db: Path | PostgresBackend, sim: BilibiliSim, now: int) -> list[int]:
+async def seed(
+    db: Path | PostgresBackend, sim: BilibiliSim, now: int, songs: int = SONGS
+) -> list[int]:
     """Songs with one snapshot an hour old and a normal schedule due in the next seconds (what
     the regular dispatcher would have left), the same videos in the simulator."""
     aids = [sim.add_video(aid=500_000 + i, song=True, published_ms=now - 48 * HOUR,
-                          curve=Curve.linear(10, start=1000)) for i in range(SONGS)]  # fmt: skip
+                          curve=Curve.linear(10, start=1000)) for i in range(songs)]  # fmt: skip
 
     def fill(conn: Any) -> None:
         conn.execute("UPDATE tracker_settings SET window_ms = 5000")

@@ -1,0 +1,175 @@
+"""Three `crawld run` instances on one PostgreSQL schema track the same songs through one shared
+relay of the Bilibili simulator: together they never exceed the relay's limits (no -412), each
+due schedule is snapshotted once, the singleton duties run in one place, and when one instance
+is killed with -9 holding claimed schedules, the others take them over within the lease and a
+tick, still storing no snapshot twice. (A local helper starts the instances; the shared cluster
+harness was not on main yet.)"""
+
+from __future__ import annotations
+
+import functools
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+from daemon.config_types import Duration
+from daemon.fakes.bilibili import BilibiliSim, serve_sim
+from daemon.tracker.config import Limit
+from tests.conftest import NotifySocket, pg_backend
+from tests.tracker.test_tracker_process import HOUR, read, seed, start
+
+pytestmark = pytest.mark.process
+
+SONGS = 300
+LEASE_S = 2
+BULK_LIMIT = 5
+"""Bulk requests per second the relay allows: three instances keeping their own windows would
+send up to three times as many."""
+CONFIG = """
+[daemon]
+state_dir = "{state}"
+[http]
+bind = "127.0.0.1:0"
+[collector]
+auto_start = false
+[cluster]
+instance = "{name}"
+lease = "{lease}s"
+[store]
+kind = "postgres"
+dsn_env = "CRAWLD_TEST_STORE_DSN"
+schema = "{schema}"
+[tracker]
+enabled = true
+base_url = "{base}"
+bulk_tick = "1s"
+bulk_size = 10
+window = "5s"
+[[tracker.proxies]]
+name = "r1"
+kind = "relay"
+url = "{base}/_sim/relay/r1"
+limits = [{{ requests = 200, per = "1s" }}]
+bulk_limits = [{{ requests = {bulk}, per = "1s" }}]
+"""
+
+
+async def test_three_instances_share_the_relay_and_take_over_a_killed_ones_schedules(
+    tmp_path: Path, pg_schema: tuple[str, str]
+) -> None:
+    dsn, schema = pg_schema
+    db = pg_backend(dsn, schema)
+    sim = BilibiliSim(
+        seed=3,
+        limits=[Limit(requests=200, per=Duration(1))],
+        bulk_limits=[Limit(requests=BULK_LIMIT, per=Duration(1))],
+        latency_ms=(50, 150),
+    )
+    env = {"CRAWLD_TEST_STORE_DSN": dsn}
+    procs: dict[str, trio.Process] = {}
+    sockets = {name: NotifySocket() for name in "abc"}
+    try:
+        async with trio.open_nursery() as nursery:
+            shutdown = trio.Event()
+            host, port = await nursery.start(
+                functools.partial(serve_sim, sim, "127.0.0.1:0", shutdown=shutdown)
+            )
+            base = f"http://{host}:{port}"
+            for name in "abc":
+                (tmp_path / name).mkdir()
+                path = tmp_path / f"{name}.toml"
+                path.write_text(
+                    CONFIG.format(
+                        state=tmp_path / name,
+                        name=name,
+                        lease=LEASE_S,
+                        schema=schema,
+                        base=base,
+                        bulk=BULK_LIMIT,
+                    )
+                )
+                procs[name], _ = await start(path, sockets[name], env)
+            now = int(time.time() * 1000)
+            aids = await seed(db, sim, now, SONGS)
+
+            with trio.fail_after(30):
+                while True:
+                    held = await read(
+                        db,
+                        "SELECT id FROM tracker_schedules WHERE status = 'processing'"
+                        " AND claimant LIKE 'b/%'",
+                    )
+                    if held:
+                        break
+                    await trio.sleep(0.005)
+            procs["b"].send_signal(signal.SIGKILL)
+            await procs["b"].wait()
+            killed_ms = int(time.time() * 1000)
+            orphans = [
+                r[0]
+                for r in await read(
+                    db,
+                    "SELECT id FROM tracker_schedules WHERE status = 'processing'"
+                    " AND claimant LIKE 'b/%'",
+                )
+            ]
+            assert orphans  # killed holding claimed schedules
+
+            with trio.fail_after(90):
+                while True:
+                    done = await read(
+                        db,
+                        "SELECT count(DISTINCT aid) FROM tracker_snapshots WHERE at_ms > ?",
+                        now - HOUR,
+                    )
+                    if done[0][0] == SONGS:
+                        break
+                    await trio.sleep(0.2)
+            leases = await read(
+                db, "SELECT name, holder FROM cluster_leases WHERE name LIKE 'tracker:%'"
+            )
+            shutdown.set()
+            for name in "ac":
+                procs[name].send_signal(signal.SIGTERM)
+                await procs[name].wait()
+    finally:
+        for proc in procs.values():
+            if proc.returncode is None:
+                proc.kill()
+        for sock in sockets.values():
+            sock.close()
+
+    assert sim.rejected_412 == 0, sim.rejected_by_client
+    per_aid = await read(
+        db, "SELECT aid, count(*) FROM tracker_snapshots WHERE at_ms > ? GROUP BY aid", now - HOUR
+    )
+    assert sorted(a for a, _ in per_aid) == aids and {n for _, n in per_aid} == {1}
+    seeded = dict(
+        await read(
+            db,
+            "SELECT status, count(*) FROM tracker_schedules WHERE type = 'normal'"
+            " AND created_ms = ? GROUP BY 1",
+            now,
+        )
+    )
+    assert sum(seeded.values()) == SONGS and set(seeded) <= {"completed", "no_proxy"}, seeded
+    # the killed instance's schedules were finished by the others, claimed again within the
+    # lease (its membership ran out) and a tick of the reclaim duty and of the bulk tick
+    taken = await read(
+        db,
+        "SELECT id, claimant, status, started_ms FROM tracker_schedules WHERE id IN ("
+        + ",".join("?" * len(orphans))
+        + ")",
+        *orphans,
+    )
+    assert len(taken) == len(orphans)
+    assert all(not claimant.startswith("b/") for _, claimant, _, _ in taken)
+    took_ms = max(started for *_, started in taken) - killed_ms
+    assert took_ms <= (LEASE_S + 3) * 1000, took_ms
+    # one discovery pass at the start and at most one after the failover: a singleton
+    assert sim.requests["newlist"] <= 2
+    assert {holder for _, holder in leases} <= {"a", "c"}
+    print(f"orphans={len(orphans)} taken over in {took_ms} ms; relay requests={sim.requests}")
