@@ -19,7 +19,13 @@ from daemon.config_types import Duration
 from daemon.fakes.bilibili import BilibiliSim, serve_sim
 from daemon.tracker.config import Limit
 from tests.conftest import NotifySocket, pg_backend
-from tests.tracker.test_tracker_process import HOUR, read, seed, start
+from tests.tracker.test_tracker_process import (
+    assert_snapshotted_once,
+    read,
+    seed,
+    start,
+    wait_snapshotted,
+)
 
 pytestmark = pytest.mark.process
 
@@ -118,16 +124,7 @@ async def test_three_instances_share_the_relay_and_take_over_a_killed_ones_sched
             ]
             assert orphans  # killed holding claimed schedules
 
-            with trio.fail_after(90):
-                while True:
-                    done = await read(
-                        db,
-                        "SELECT count(DISTINCT aid) FROM tracker_snapshots WHERE at_ms > ?",
-                        now - HOUR,
-                    )
-                    if done[0][0] == SONGS:
-                        break
-                    await trio.sleep(0.2)
+            await wait_snapshotted(db, now, SONGS, 90)
             leases = await read(
                 db, "SELECT name, holder FROM cluster_leases WHERE name LIKE 'tracker:%'"
             )
@@ -143,19 +140,7 @@ async def test_three_instances_share_the_relay_and_take_over_a_killed_ones_sched
             sock.close()
 
     assert sim.rejected_412 == 0, sim.rejected_by_client
-    per_aid = await read(
-        db, "SELECT aid, count(*) FROM tracker_snapshots WHERE at_ms > ? GROUP BY aid", now - HOUR
-    )
-    assert sorted(a for a, _ in per_aid) == aids and {n for _, n in per_aid} == {1}
-    seeded = dict(
-        await read(
-            db,
-            "SELECT status, count(*) FROM tracker_schedules WHERE type = 'normal'"
-            " AND created_ms = ? GROUP BY 1",
-            now,
-        )
-    )
-    assert sum(seeded.values()) == SONGS and set(seeded) <= {"completed", "no_proxy"}, seeded
+    await assert_snapshotted_once(db, now, aids)
     # the killed instance's schedules were finished by the others, claimed again within the
     # lease (its membership ran out) and a tick of the reclaim duty and of the bulk tick
     taken = await read(

@@ -8,32 +8,22 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
 
-import pytest
 import trio
 
 from daemon.cluster import store as cs
 from daemon.net.ratelimit import Window, window_gcra
-from daemon.store import Conn, Store, open_store
+from daemon.store import Conn, Store
 from daemon.tracker import limiter_store as ls
 from daemon.tracker import store as ts
 from daemon.tracker.bilibili import Stat
 from daemon.tracker.rules import HOUR, SECOND
-from tests.conftest import pg_backend
+from tests.cluster import test_cluster
 
+two_stores = test_cluster.two_stores
+"""Two instances' stores on one PostgreSQL schema."""
 T0 = 1_767_225_600_000
 A, B = "a/1", "b/1"
-
-
-@pytest.fixture
-async def two_stores(pg_schema: tuple[str, str]) -> AsyncIterator[tuple[Store, Store]]:
-    """Two instances' stores on one PostgreSQL schema."""
-    async with AsyncExitStack() as stack:
-        a = await stack.enter_async_context(open_store(pg_backend(*pg_schema)))
-        b = await stack.enter_async_context(open_store(pg_backend(*pg_schema)))
-        yield a, b
 
 
 def stat(views: int) -> Stat:
