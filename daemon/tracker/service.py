@@ -7,8 +7,8 @@
 # tracker is off the loops wait; switching it off cancels whatever they were doing and hands the
 # schedules this process had claimed back to pending (if that write fails they are recovered when
 # it is switched on again, as after a crash); switching it on first recovers processing rows and
-# restores the limiter state, then opens the gate. Intervals and proxies are read from the current config at each step, so a
-# reload changes them without restarting anything.
+# restores the limiter state, then opens the gate. Intervals and proxies are read from the
+# current config at each step, so a reload changes them without restarting anything.
 #
 # In a cluster (daemon/cluster/) every instance runs the two ticks, which claim schedules row by
 # row, and the classification of what it ingested itself; the rest runs in one place at a time,
