@@ -178,7 +178,9 @@ class Cluster:
         """One write: the heartbeat and renewals when due, and a try for each wanted lease."""
         now = trio.current_time()
         renewing = now >= self._next_renewal
-        wanted = [name for name in self._wanted if name not in self.held]
+        # A lease taken by the last tick whose waiter has not run yet is in `_taken`: trying it
+        # again would take it a second time and fence out the very task about to hold it.
+        wanted = [n for n in self._wanted if n not in self.held and n not in self._taken]
         if not renewing and not wanted:
             return
         held = [(lease.name, lease.token) for lease in self.held.values()]
@@ -325,6 +327,8 @@ class Cluster:
         with trio.move_on_after(rules.poll_every_s(self.lease_s)):
             await lease.requests.wait()
         lease.requests = trio.Event()
+        if not await self.store.read(lambda conn: cs.has_requests(conn, lease.name)):
+            return []
         rows = await self.store.write(lambda conn: cs.take_requests(conn, lease.name, lease.token))
         return [Request(rid, action, _body.decode(body), frm) for rid, action, body, frm in rows]
 
