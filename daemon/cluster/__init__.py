@@ -15,7 +15,8 @@
 # heartbeat, the renewal of every held lease and the tries for wanted free ones. A second task
 # drops leases whose renewal has not come back in time (the database may be unreachable):
 # River's "a leader that cannot renew steps down". With SQLite the same code runs with one member
-# that takes every lease on its first try.
+# that takes every lease on its first try and never steps down (no one else can take over a file
+# only it opens).
 from __future__ import annotations
 
 import contextlib
@@ -156,7 +157,9 @@ class Cluster:
         try:
             await self.join()
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._expire_loop)
+                if self.multi:
+                    # Alone on a SQLite file nobody can take a lease over: no stepping down.
+                    nursery.start_soon(self._expire_loop)
                 task_status.started()
                 while True:
                     await self.tick()
