@@ -29,6 +29,7 @@ __all__ = ["setup"]
 pytestmark = [pytest.mark.broker, pytest.mark.process, pytest.mark.postgres]
 ROWS = 6000
 WINDOW = 100  # confirm_window
+TASK_LINE = 'date_field = "发布时间"\n'
 
 
 @dataclass
@@ -76,14 +77,15 @@ def instances(
 
 
 async def owner(http: httpx.AsyncClient, live: list[Instance]) -> str | None:
-    """The task's owner as the live instances' /status report it (None until they agree)."""
+    """The task's owner as those of the live instances listing it report it in /status (None
+    until they agree)."""
     seen = set()
     for inst in live:
         try:
             tasks = (await inst.get(http, "/status"))["collector"]["tasks"]
         except (httpx.HTTPError, KeyError):
             return None
-        seen.add(tasks[0].get("owner"))
+        seen.update(t["owner"] for t in tasks)
     return seen.pop() if len(seen) == 1 else None
 
 
@@ -185,3 +187,33 @@ async def test_an_owner_paused_past_its_lease_writes_and_publishes_nothing_stale
     assert len(set(ids)) == ROWS
     assert len(ids) - len(set(ids)) <= WINDOW, "more duplicates than one confirm window"
     assert await appended(pg_schema, queue_name) == ROWS
+
+
+async def test_sighup_removing_a_task_hands_it_over_and_adding_it_competes_again(
+    setup: Setup, amqp_url: str, queue_name: str, pg_schema: tuple[str, str], tmp_path: Path
+) -> None:
+    with instances(setup, amqp_url, queue_name, pg_schema, tmp_path, "ab") as live:
+        async with httpx.AsyncClient(timeout=10) as http:
+            name = await wait_owner(http, live)
+            first = next(i for i in live if i.name == name)
+            (second,) = [i for i in live if i is not first]
+            path = tmp_path / first.name / "crawld.toml"
+            listed = path.read_text()
+            path.write_text(listed.replace(TASK_LINE, TASK_LINE + "enabled = false\n"))
+            first.proc.send_signal(signal.SIGHUP)
+            with trio.fail_after(10):  # released at once: no wait for the lease to run out
+                while await owner(http, live) != second.name:
+                    await trio.sleep(0.05)
+            r = await http.post(first.base + "/crawl/stop", json={"task_id": "jobs"})
+            assert r.status_code == 202, r.text  # disabled here, run by the other: handed over
+            assert r.json()["requested"] == [{"task_id": "jobs", "instance": second.name}]
+            second.proc.send_signal(signal.SIGTERM)  # a clean stop releases the lease
+            second.proc.wait()
+            r = await http.post(first.base + "/crawl/start", json={"task_id": "jobs"})
+            assert r.status_code == 404, r.text
+            assert r.json()["error"] == "task 'jobs' is disabled here and no instance runs it"
+            path.write_text(listed)
+            first.proc.send_signal(signal.SIGHUP)
+            with trio.fail_after(10):  # listed again: it competes for the lease and takes it
+                while await owner(http, [first]) != first.name:
+                    await trio.sleep(0.05)
