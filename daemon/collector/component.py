@@ -38,8 +38,11 @@ def install(daemon: Daemon) -> None:
                 amqp.broker = broker
                 task_status.started()
                 try:
+                    # Alone on SQLite nobody can take the stream over: no fencing to do.
+                    multi = daemon.cluster.multi
                     await daemon.cluster.run_owned(
-                        drainer_lease(stream), lambda lease: amqp.drain(broker, lease=lease)
+                        drainer_lease(stream),
+                        lambda lease: amqp.drain(broker, lease=lease if multi else None),
                     )
                 finally:
                     amqp.broker = None

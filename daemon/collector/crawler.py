@@ -252,27 +252,27 @@ class TaskCrawler:
         stats = self.current = RunStats(run_id=run_id, job_id=job_id, started_ms=self.clock_ms())
         try:
             await self._run(stats)
-        except LeaseLost:
-            stats.status = "stopped"
-            stats.error = "another instance took the task over"
-            stats.interrupted = True
-            with trio.CancelScope(shield=True):
-                await self._finish(stats)
-            raise
         except Exception as exc:
-            stats.status = "failed"
-            stats.error = f"{type(exc).__name__}: {exc}"
-            self.log.error("run failed; the next run resumes it", run=run_id, error=stats.error)
-        except BaseException:  # cancelled: shutdown, reload or the task removed
-            stats.status = "stopped"
-            stats.error = "the crawler was stopped (shutdown or reload)"
-            stats.interrupted = True
-            with trio.CancelScope(shield=True):
-                await self._finish(stats)
+            if not isinstance(exc, LeaseLost):
+                stats.status = "failed"
+                stats.error = f"{type(exc).__name__}: {exc}"
+                self.log.error("run failed; the next run resumes it", run=run_id, error=stats.error)
+            else:
+                await self._cut_short(stats, "another instance took the task over")
+                raise
+        except BaseException:  # cancelled: shutdown, reload, the task removed or its lease lost
+            await self._cut_short(stats, "the crawler was stopped (shutdown or reload)")
             raise
         with trio.CancelScope(shield=True):
             await self._finish(stats)
         return stats
+
+    async def _cut_short(self, stats: RunStats, why: str) -> None:
+        stats.status = "stopped"
+        stats.error = why
+        stats.interrupted = True
+        with trio.CancelScope(shield=True):
+            await self._finish(stats)
 
     async def _run(self, stats: RunStats) -> None:
         state = await self.store.read(lambda c: load_task_state(c, self.task.id))
