@@ -166,7 +166,8 @@ class Collector:
             nonlocal task_status
             status, task_status = task_status, trio.TASK_STATUS_IGNORED
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._take_requests, cluster, crawler, lease, nursery)
+                if cluster.multi:  # alone, every start and stop is served here directly
+                    nursery.start_soon(self._take_requests, cluster, crawler, lease, nursery)
                 await crawler.run(lease, resume_interrupted=cluster.multi, task_status=status)
 
         await cluster.run_owned(lease_name(crawler.task.id), owned)
