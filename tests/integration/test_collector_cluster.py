@@ -138,7 +138,6 @@ async def test_an_owner_paused_past_its_lease_writes_and_publishes_nothing_stale
     instances.resume(paused)
     ids = await consume_all(instances, other)
     assert await owner(instances, [paused, other]) == other  # the woken one did not take it back
-    assert "run ended after the task moved to another instance" in instances[paused].stderr()
     assert len(set(ids)) == ROWS
     assert len(ids) - len(set(ids)) <= WINDOW, "more duplicates than one confirm window"
     assert await appended(pg_schema, queue_name) == ROWS
