@@ -64,10 +64,13 @@ WITH_DUTIES = ("-m", "tests.cluster.lease_daemon", str(DUTIES), "--config", "{co
 
 
 async def holders(instances: Instances, key: str) -> dict[str, str]:
-    """Lease → the alive instance holding it, as `key` sees it (asserting none is held twice)."""
+    """Test lease → the alive instance holding it, as `key` sees it (asserting none is held
+    twice); the areas' own leases (jobs:expiry…) are left out."""
     found: dict[str, str] = {}
     for member in (await instances.cluster(key))["members"]:
         for lease in member["holds"] if member["alive"] else []:
+            if lease not in ALL_DUTIES:
+                continue
             assert lease not in found, (lease, found[lease], member["instance"])
             found[lease] = member["instance"]
     return found
@@ -111,7 +114,7 @@ async def test_kill_9_moves_every_lease_within_the_lease(instances: Instances) -
     assert set(held.values()) <= {"b", "c"}
     assert await holders(instances, "c") == held  # both survivors see the same
     taken = [(await instances.cluster(k))["counters"]["taken"] for k in ("b", "c")]
-    assert sum(taken) == DUTIES  # each lease taken once, by one survivor
+    assert sum(taken) >= DUTIES  # every duty taken by one survivor (and the areas' leases)
 
 
 async def test_a_paused_instance_loses_its_leases_and_comes_back(instances: Instances) -> None:
@@ -134,11 +137,11 @@ async def test_a_paused_instance_loses_its_leases_and_comes_back(instances: Inst
 
     await wait_for(lambda: alive_names_are(instances, "b", {"a", "b"}), LEASE_S + 3)
     section = await wait_for(lambda: lost_all(instances, "a"), LEASE_S + 3)
-    assert section["counters"]["lost"] == DUTIES
-    assert section["leases_held"] == []
+    assert section["counters"]["lost"] >= DUTIES
+    assert not ALL_DUTIES & set(section["leases_held"])
     assert await holders(instances, "a") == dict.fromkeys(ALL_DUTIES, "b")
-    assert (await instances.cluster("b"))["counters"] == {"taken": DUTIES, "lost": 0,
-                                                          "released": 0}  # fmt: skip
+    counters = (await instances.cluster("b"))["counters"]
+    assert counters["taken"] >= DUTIES and counters["lost"] == 0 and counters["released"] == 0
 
 
 async def holders_are(instances: Instances, key: str, expected: dict[str, str]) -> bool:
