@@ -176,9 +176,9 @@ async def test_errors_list_dead_letters_and_producer_errors(
     daemon: Daemon, client: httpx.AsyncClient, rx: WebhookReceiver
 ) -> None:
     jobs: JobManager = daemon.jobs
+    rx.fail_next(3, 503)  # the started event exhausts its two retries (set before it can go)
     job = await jobs.create_job("crawl", webhook=WebhookSpec(url=rx.url()), source={})
     await jobs.add_error(job, "UPSTREAM", "window 3 failed", url="https://openapi.example/3")
-    rx.fail_next(3, 503)  # the started event exhausts its two retries
     await jobs.finish(job, "completed")
     with trio.fail_after(5):
         await jobs.wait_drained(job)
