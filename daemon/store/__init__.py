@@ -662,6 +662,7 @@ def backend_for(cfg: config.Config) -> Backend:
             schema=store.schema,
             pool_size=store.pool_size,
             connect_timeout=store.connect_timeout,
+            idle_in_transaction_ms=max(500, int(cfg.cluster.lease * 1000 / 3)),
         )
     return SqliteBackend(
         config_module.state_dir(cfg) / "crawld.db",

@@ -238,8 +238,15 @@ class PostgresBackend:
         pool_size: int = 4,
         connect_timeout: float = 10.0,
         reconnect_max: float = 10.0,
+        idle_in_transaction_ms: int | None = None,
     ) -> None:
         self.dsn = dsn
+        self.idle_in_transaction_ms = idle_in_transaction_ms
+        """The writer's `idle_in_transaction_session_timeout`: a cluster member paused in the
+        middle of a transaction (SIGSTOP, a VM freeze) holds its row locks, and with them every
+        other member's writer, heartbeats included; the server ends that transaction after this
+        long (a third of the lease), the others carry on, and the paused one redoes it (its
+        fenced writes then find their leases gone)."""
         self.schema = schema
         self.readers = max(1, pool_size - 1)
         self.connect_timeout = connect_timeout
@@ -250,7 +257,13 @@ class PostgresBackend:
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
 
     def connect(self) -> PgConn:
-        return PgConn(connect(self.dsn, self.schema, timeout=self.connect_timeout))
+        conn = connect(self.dsn, self.schema, timeout=self.connect_timeout)
+        if self.idle_in_transaction_ms:
+            conn.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', $1, false)",
+                (f"{self.idle_in_transaction_ms}ms",),
+            )
+        return PgConn(conn)
 
     def open_readers(self) -> None:
         schema = self.schema

@@ -20,7 +20,7 @@ import pytest
 import trio
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from daemon.store import DB_ERRORS, Store, StoreUnavailable, one, open_store
+from daemon.store import DB_ERRORS, Store, StoreUnavailable, backend_for, one, open_store
 from daemon.store.migrations import shipped
 from daemon.store.postgres import PostgresBackend, connect, inspect, migrate
 from tests.conftest import pg_backend, require_pg
@@ -442,3 +442,25 @@ async def test_one_video_history_in_one_transaction_is_linear(pg_schema: tuple[s
             .fetchall()
         )  # fmt: skip
     assert [tuple(r) for r in latest] == [(1, 60_999, 59_999), (2, 5000, 7)]
+
+
+async def test_the_writer_ends_a_transaction_left_idle_by_a_paused_process(
+    pg_schema: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster member paused mid-transaction would hold its row locks, and every other member's
+    writer with them: the server ends such a transaction after a third of the lease."""
+    from daemon import config
+
+    dsn, schema = pg_schema
+    monkeypatch.setenv("CRAWLD_TEST_IDLE_DSN", dsn)
+    cfg = config.decode(
+        f'[store]\nkind = "postgres"\ndsn_env = "CRAWLD_TEST_IDLE_DSN"\nschema = "{schema}"\n'
+        '[cluster]\nlease = "3s"\n'
+    )
+    backend = backend_for(cfg)
+    conn = backend.connect()
+    try:
+        (value,) = conn.raw.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+        assert value == "1s"
+    finally:
+        conn.raw.close()
