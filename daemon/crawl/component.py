@@ -23,7 +23,7 @@ def install(daemon: Daemon) -> None:
     if not cfg.enabled:
         return
     assert daemon.store is not None and daemon.jobs is not None
-    service = CrawlService(cfg, daemon.store, daemon.jobs)
+    service = CrawlService(cfg, daemon.store, daemon.jobs, cluster=daemon.cluster)
     daemon.parts["crawl"] = service
 
     async def run_crawl(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
