@@ -212,13 +212,15 @@ def claim(
     """Claim up to `limit` queued rows nobody live holds, in discovery order, for `claimant`.
     `owner`: the caller holds the crawl's lease (a paced crawl) and takes any queued row
     another process claimed.
-    Nothing once the crawl ended or its job has a final status."""
+    Nothing once the crawl ended or its job has a final status. Takes the crawl's row lock
+    first, as every write of its frontier does, so claims and commits never deadlock."""
+    if lock_job(conn, job_id) is not None:
+        return []
     rows: list[Any] = conn.execute(
         f"UPDATE crawl_frontier SET claimant = ?1 WHERE job_id = ?2 AND {_CLAIMABLE}"
         f" AND n IN (SELECT n FROM crawl_frontier WHERE job_id = ?2 AND {_CLAIMABLE}"
         " ORDER BY n LIMIT ?3)"
-        " AND EXISTS (SELECT 1 FROM crawl_jobs c JOIN jobs j ON j.id = c.job_id"
-        " WHERE c.job_id = ?2 AND c.ending IS NULL AND j.status = 'scraping')"
+        " AND EXISTS (SELECT 1 FROM jobs WHERE id = ?2 AND status = 'scraping')"
         " RETURNING n, url, depth",
         (claimant, job_id, limit, int(owner)),
     ).fetchall()
