@@ -70,6 +70,9 @@ REFILL = 256
 """Queued frontier rows a job loads at a time."""
 POLL_S = 0.25
 """How often a worker with nothing to claim looks again (other instances hold the rest)."""
+ENDING_POLL_S = 1.0
+"""How often a running job looks whether its end was decided elsewhere (a DELETE on another
+instance), to drop the pages it is fetching instead of finishing them for nothing."""
 COMMIT_BATCH = 64
 """Most finished pages stored in one transaction (and at most [crawl] concurrency)."""
 CPU_THREADS = 2
@@ -270,19 +273,25 @@ class JobRun:
                 self.cancel_asked = True
                 self.work_scope.cancel()
 
+            async def watch_store() -> None:
+                while True:
+                    await trio.sleep(ENDING_POLL_S)
+                    with contextlib.suppress(*DB_ERRORS):
+                        ending = await self.store.read(
+                            lambda c: crawlstore.job_ending(c, self.job_id)
+                        )
+                        if ending is not None:
+                            self.stop()
+
             watcher.start_soon(watch)
+            watcher.start_soon(watch_store)
             status, error = await self._until_ended()
             watcher.cancel_scope.cancel()
-        if status is None:
-            return
-        crawl_jobs.labels(self.row.kind, status).inc()
-        try:
-            await self.jobs.finish(self.job_id, status, error)  # type: ignore[arg-type]
-        except (JobFinished, JobNotFound):
-            return
-        log.info("crawl job finished", job=self.job_id, status=status, pages=self.fetched,
-                 failed=self.failed)  # fmt: skip
-        await self._purge()
+        if status is not None and await apply_end(
+            self.store, self.jobs, self.row.kind, self.job_id, status, error
+        ):
+            log.info("crawl job finished", job=self.job_id, status=status, pages=self.fetched,
+                     failed=self.failed)  # fmt: skip
 
     async def _until_ended(self) -> tuple[str | None, str | None]:
         """(final status, error) when this process is to apply the job's end, (None, None) when
@@ -412,14 +421,10 @@ class JobRun:
     def _robots_allowed(self, url: str) -> bool:
         return self.robots.allowed(url)
 
-    async def _purge(self) -> None:
-        """The frontier of a finished job is no longer needed (documents and errors stay)."""
-        step = functools.partial(crawlstore.purge_frontier, job_id=self.job_id, chunk=2000)
-        try:
-            while not await self.store.write(lambda c: step(c)):
-                pass
-        except _STORE_FAILURES as exc:
-            log.warning("frontier not purged", job=self.job_id, error=str(exc))
+    def stop(self) -> None:
+        """The crawl ended (decided here or elsewhere): drop what is in flight now."""
+        self.ended = True
+        self.work_scope.cancel()
 
     def wake(self) -> None:
         """New frontier rows were stored outside this run (batch appendToId)."""
@@ -631,6 +636,26 @@ class _Backlog(msgspec.Struct, frozen=True):
     queued: int
     claimable: int
     ending: str | None
+
+
+async def apply_end(
+    store: Store, jobs: JobManager, kind: str, job_id: str, status: str, error: str | None
+) -> bool:
+    """Give a crawl whose end this process decided (`crawlstore.conclude`) its final status and
+    terminal event, then drop its frontier (documents and errors stay). False when the job
+    already had a final status."""
+    try:
+        await jobs.finish(job_id, status, error)  # type: ignore[arg-type]
+    except (JobFinished, JobNotFound):
+        return False
+    crawl_jobs.labels(kind, status).inc()
+    step = functools.partial(crawlstore.purge_frontier, job_id=job_id, chunk=2000)
+    try:
+        while not await store.write(step):
+            pass
+    except _STORE_FAILURES as exc:
+        log.warning("frontier not purged", job=job_id, error=str(exc))
+    return True
 
 
 def _origin(url: str) -> str:

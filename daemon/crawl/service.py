@@ -22,7 +22,7 @@ from daemon.crawl import store as crawlstore
 from daemon.crawl.batch import batch_candidates
 from daemon.crawl.browser import BrowserPool
 from daemon.crawl.config import CrawlConfig
-from daemon.crawl.crawler import Engine, JobRun, new_engine
+from daemon.crawl.crawler import Engine, JobRun, apply_end, new_engine
 from daemon.crawl.fetch import Resolver
 from daemon.crawl.mapper import map_site
 from daemon.crawl.models import BatchPlan, CrawlPlan, MapRequest, ScrapeRequest
@@ -249,12 +249,28 @@ class CrawlService:
     async def active_crawls(self) -> list[crawlstore.CrawlJobRow]:
         return await self.store.read(lambda c: crawlstore.running_jobs(c, "crawl"))
 
-    async def cancel(self, job_id: str, kind: str) -> None:
-        """DELETE of a crawl or batch; JobNotFound, JobFinished as JobManager.cancel."""
+    async def cancel(self, job_id: str) -> bool:
+        """DELETE of a crawl or batch, from any instance: decide its end `cancelled` in the store
+        (every instance working on it claims nothing more and drops what it has in flight) and
+        give the job its final status here. False when `job_id` is no running crawl or batch:
+        the jobs API answers (404, 409, or a job of another kind)."""
+        try:
+            job_id = str(uuid.UUID(job_id))
+        except ValueError:
+            return False
+        decided = await self.store.write(
+            lambda c: crawlstore.conclude(c, job_id, self.claimant, "cancelled")
+        )
+        if decided is None:
+            return False
+        if (run := self.runs.get(job_id)) is not None:
+            run.stop()
         row = await self.store.read(lambda c: crawlstore.get_job(c, job_id))
-        if row is None or row.kind != kind:
-            raise JobNotFound(job_id)
-        await self.jobs.cancel(job_id)
+        kind = row.kind if row is not None else "crawl"
+        applied = await apply_end(self.store, self.jobs, kind, job_id, decided, None)
+        if applied and decided == "cancelled":
+            log.info("crawl job cancelled", job=job_id)
+        return applied and decided == "cancelled"
 
     def fetching(self) -> int:
         """Pages being fetched right now, over every engine still in use."""
