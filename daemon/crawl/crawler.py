@@ -44,6 +44,7 @@ import trio
 
 from daemon.clock import EpochClock, wall_ms
 from daemon.cluster import Cluster, Lease
+from daemon.cluster import store as cluster_store
 from daemon.crawl import rules
 from daemon.crawl import store as crawlstore
 from daemon.crawl.browser import BrowserPool
@@ -642,7 +643,8 @@ async def apply_end(
     store: Store, jobs: JobManager, kind: str, job_id: str, status: str, error: str | None
 ) -> bool:
     """Give a crawl whose end this process decided (`crawlstore.conclude`) its final status and
-    terminal event, then drop its frontier (documents and errors stay). False when the job
+    terminal event, then drop its frontier and lease row (documents and errors stay). False
+    when the job
     already had a final status."""
     try:
         await jobs.finish(job_id, status, error)  # type: ignore[arg-type]
@@ -653,6 +655,7 @@ async def apply_end(
     try:
         while not await store.write(step):
             pass
+        await store.write(lambda c: cluster_store.drop_leases(c, f"crawl:{job_id}"))
     except _STORE_FAILURES as exc:
         log.warning("frontier not purged", job=job_id, error=str(exc))
     return True

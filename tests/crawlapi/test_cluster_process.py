@@ -2,12 +2,13 @@
 page fetched once and the pages spread over the three; kill -9 of the creator mid-crawl: the
 others finish it, every page once in the results, only pages it had in flight fetched again;
 DELETE sent to an instance that did not create the crawl stops it everywhere; a paced crawl
-runs on one instance."""
+runs on one instance; an instance paused past its membership stores nothing stale."""
 
 from __future__ import annotations
 
 import functools
 import os
+import signal
 import socket
 import sys
 from collections import Counter
@@ -89,6 +90,9 @@ schema = "{self.schema}"
 
     def kill9(self, name: str) -> None:
         self.procs[name].kill()
+
+    def signal(self, name: str, signum: int) -> None:
+        self.procs[name].send_signal(signum)
 
     async def aclose(self) -> None:
         for proc in self.procs.values():
@@ -207,6 +211,21 @@ async def test_three_instances_share_a_crawl_survive_a_kill_and_cancel_from_anyw
     assert await status("c", job) == "completed"
     gained = sorted([await fetched_by(n) - before[n] for n in ("b", "c")])
     assert gained == [0, site.chain_depth], gained
+
+    # 5. c paused past its membership mid-crawl: b claims c's rows again; c wakes up and stores
+    # nothing of what it had in flight.
+    site.counts.clear()
+    job = (await clients["b"].post("/v2/crawl", json=body)).json()["id"]
+    await poll(a_third, 60)
+    instances.signal("c", signal.SIGSTOP)
+    await trio.sleep(4.0)  # lease 2 s: c's membership runs out, b takes its rows
+    instances.signal("c", signal.SIGCONT)
+    await poll(lambda: _done(status("c", job)), 90)
+    assert await status("b", job) == "completed"
+    docs = await documents(clients["c"], job)
+    assert len(docs) == len(set(docs)) == PAGES and set(docs) == expected
+    hits = tree_hits()
+    assert len(hits) == PAGES and max(hits.values()) <= 2
     for client in clients.values():
         await client.aclose()
 

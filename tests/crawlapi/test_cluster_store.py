@@ -4,17 +4,13 @@ crawl's end decided exactly once."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
-
-import pytest
 import trio
 
 from daemon.cluster import store as cs
 from daemon.crawl import store as crawlstore
 from daemon.jobs import store as jobstore
-from daemon.store import Conn, Store, open_store
-from tests.conftest import pg_backend
+from daemon.store import Conn, Store
+from tests.cluster import test_cluster
 
 JOB = "00000000-0000-4000-8000-000000000001"
 A, B = "a/1111", "b/2222"
@@ -39,17 +35,23 @@ def expire(conn: Conn, claimant: str) -> None:
     conn.execute("UPDATE cluster_members SET expires_ms = 0 WHERE claimant = ?", (claimant,))
 
 
+async def two_members(store: Store, urls: int, *, kicked_off: bool = True) -> None:
+    """A crawl of `urls` queued rows, and A and B live members."""
+
+    def setup(conn: Conn) -> None:
+        new_job(conn, urls, kicked_off=kicked_off)
+        join(conn, A)
+        join(conn, B)
+
+    await store.write(setup)
+
+
 def claim(claimant: str, limit: int, owner: bool = False) -> object:
     return lambda conn: [e.n for e in crawlstore.claim(conn, JOB, claimant, limit, owner=owner)]
 
 
 async def test_claims_are_disjoint_in_order_and_stop_when_the_crawl_ends(store: Store) -> None:
-    def setup(conn: Conn) -> None:
-        new_job(conn, 7)
-        join(conn, A)
-        join(conn, B)
-
-    await store.write(setup)
+    await two_members(store, 7)
     assert await store.write(claim(A, 2)) == [1, 2]
     assert await store.write(claim(B, 3)) == [3, 4, 5]
     assert await store.write(claim(A, 1)) == [6]
@@ -62,12 +64,7 @@ async def test_claims_are_disjoint_in_order_and_stop_when_the_crawl_ends(store: 
 
 
 async def test_a_dead_claimants_rows_are_claimed_again_a_live_ones_not(store: Store) -> None:
-    def setup(conn: Conn) -> None:
-        new_job(conn, 4)
-        join(conn, A)
-        join(conn, B)
-
-    await store.write(setup)
+    await two_members(store, 4)
     assert await store.write(claim(A, 3)) == [1, 2, 3]
     assert await store.write(claim(B, 10)) == [4]
     assert await store.write(claim(B, 10)) == []  # A is alive: its rows stay its own
@@ -84,12 +81,7 @@ async def test_a_dead_claimants_rows_are_claimed_again_a_live_ones_not(store: St
 async def test_a_paced_crawls_owner_takes_rows_of_a_previous_owner_but_not_its_own(
     store: Store,
 ) -> None:
-    def setup(conn: Conn) -> None:
-        new_job(conn, 3)
-        join(conn, A)
-        join(conn, B)
-
-    await store.write(setup)
+    await two_members(store, 3)
     assert await store.write(claim(A, 2)) == [1, 2]
     assert await store.write(claim(B, 1, owner=True)) == [1]
     assert await store.write(claim(B, 5, owner=True)) == [2, 3]
@@ -99,12 +91,7 @@ async def test_a_paced_crawls_owner_takes_rows_of_a_previous_owner_but_not_its_o
 
 
 async def test_the_end_is_decided_once_and_taken_over_from_a_dead_decider(store: Store) -> None:
-    def setup(conn: Conn) -> None:
-        new_job(conn, 2, kicked_off=False)
-        join(conn, A)
-        join(conn, B)
-
-    await store.write(setup)
+    await two_members(store, 2, kicked_off=False)
 
     def conclude(claimant: str, ending: str = "completed") -> object:
         return lambda conn: crawlstore.conclude(conn, JOB, claimant, ending)
@@ -125,13 +112,7 @@ async def test_the_end_is_decided_once_and_taken_over_from_a_dead_decider(store:
     assert await store.write(lambda c: crawlstore.conclude(c, JOB, A, "completed")) is None
 
 
-@pytest.fixture
-async def two_stores(pg_schema: tuple[str, str]) -> AsyncIterator[tuple[Store, Store]]:
-    """Two processes' stores on one PostgreSQL schema."""
-    async with AsyncExitStack() as stack:
-        a = await stack.enter_async_context(open_store(pg_backend(*pg_schema)))
-        b = await stack.enter_async_context(open_store(pg_backend(*pg_schema)))
-        yield a, b
+two_stores = test_cluster.two_stores
 
 
 async def test_two_stores_on_one_schema_claim_disjoint_rows_and_end_once(
@@ -140,12 +121,7 @@ async def test_two_stores_on_one_schema_claim_disjoint_rows_and_end_once(
     a_store, b_store = two_stores
     urls = 400
 
-    def setup(conn: Conn) -> None:
-        new_job(conn, urls)
-        join(conn, A)
-        join(conn, B)
-
-    await a_store.write(setup)
+    await two_members(a_store, urls)
     got: dict[str, list[int]] = {A: [], B: []}
     ends: set[tuple[str, str]] = set()
 
