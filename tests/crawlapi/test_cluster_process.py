@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from starlette.responses import Response
 
 from daemon.fakes.site import SiteSim, serve_site
 
@@ -28,6 +29,17 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGES = 240
 CONCURRENCY = 2
 DSN_ENV = "CRAWLD_TEST_STORE_DSN"
+LATENCY_S = 0.03
+
+
+class SlowSite(SiteSim):
+    """Tree pages answer after LATENCY_S, so a crawl lasts long enough for every instance to
+    take part and for a kill or a pause in the middle of it."""
+
+    async def _site(self, path: str, origin: str, host_header: str) -> Response:
+        if path.startswith("/pages/"):
+            await trio.sleep(LATENCY_S)
+        return await super()._site(path, origin, host_header)
 
 
 def free_port() -> int:
@@ -44,7 +56,10 @@ class Instances:
         self.tmp_path = tmp_path
         self.env = {k: v for k, v in os.environ.items()
                     if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "STATE_DIRECTORY")}  # fmt: skip
-        self.env[DSN_ENV] = dsn
+        # A process paused inside a transaction must not hold its row locks (and with them the
+        # other instances' writers and heartbeats) for the length of the pause.
+        sep = "&" if "?" in dsn else "?"
+        self.env[DSN_ENV] = f"{dsn}{sep}options=-c%20idle_in_transaction_session_timeout%3D1000"
         self.schema = schema
         self.ports: dict[str, int] = {}
         self.procs: dict[str, trio.Process] = {}
@@ -130,7 +145,7 @@ async def documents(client: httpx.AsyncClient, job_id: str) -> list[str]:
 async def test_three_instances_share_a_crawl_survive_a_kill_and_cancel_from_anywhere(
     instances: Instances, nursery: trio.Nursery
 ) -> None:
-    site = SiteSim(pages=PAGES, paragraphs=1)
+    site = SlowSite(pages=PAGES, paragraphs=1)
     await nursery.start(functools.partial(serve_site, site))
     for name in ("a", "b", "c"):
         await instances.start(name)
