@@ -5,11 +5,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from daemon import __version__, config
 from daemon.logs import get_logger, setup_logging
+
+if TYPE_CHECKING:
+    from daemon.cluster import Offers
 
 log = get_logger("main")
 DEFAULT_CONFIG = "config.toml"
@@ -85,7 +89,78 @@ def _check_postgres(cfg: config.Config) -> int:
         problems.append(f"{info.user} may not CREATE in {what} (GRANT CREATE ON ...)")
     for problem in problems:
         print(f"error: store: {problem}", file=sys.stderr)
-    return 2 if problems else 0
+    if problems:
+        return 2
+    return _check_cluster(cfg, os.environ[cfg.store.dsn_env]) if info.schema_version else 0
+
+
+def _check_cluster(cfg: config.Config, dsn: str) -> int:
+    """List the members of the store's cluster and what this config would disagree on with
+    the live ones (a different lease is an error, the rest warnings)."""
+    import psycopg
+
+    from daemon.cluster import store as cs
+    from daemon.cluster.component import offers_for
+    from daemon.store.errors import StoreUnavailable
+    from daemon.store.postgres import PgConn, connect
+
+    try:
+        conn = connect(dsn, cfg.store.schema, timeout=cfg.store.connect_timeout)
+        try:
+            members = cs.members(PgConn(conn))
+        finally:
+            conn.close()
+    except psycopg.errors.UndefinedTable:
+        return 0  # a schema from before cluster mode: nothing to compare with
+    except (StoreUnavailable, psycopg.Error) as exc:
+        print(f"error: cluster: cannot read the members: {exc}", file=sys.stderr)
+        return 2
+    lines, warnings, errors = cluster_report(members, offers_for(cfg), config.instance_name(cfg))
+    for line in lines:
+        print(line)
+    for warning in warnings:
+        print(f"warning: cluster: {warning}", file=sys.stderr)
+    for error in errors:
+        print(f"error: cluster: {error}", file=sys.stderr)
+    return 2 if errors else 0
+
+
+def cluster_report(
+    members: list[dict[str, Any]], mine: Offers, instance: str
+) -> tuple[list[str], list[str], list[str]]:
+    """What `check-config --secrets` says of the cluster, from its member rows (as
+    daemon.cluster.store.members returns them): lines listing the members, warnings (settings
+    that differ from a live member's, this instance name in use) and errors (a lease that
+    differs: the members would not agree on when work moves)."""
+    import msgspec
+
+    from daemon.cluster import Offers, rules
+
+    lines = [f"cluster: {len(members)} member{'s' if len(members) != 1 else ''} in the store"]
+    others: list[tuple[str, Offers]] = []
+    warnings: list[str] = []
+    for m in members:
+        alive = rules.alive(m["expires_ms"], m["now_ms"])
+        ago = (m["now_ms"] - m["heartbeat_ms"]) / 1000
+        lines.append(
+            f"  {m['instance']}: {'alive' if alive else 'gone'}, last heartbeat {ago:.1f}s ago"
+            f" (host {m['host']}, pid {m['pid']}, http {m['http'] or '-'})"
+        )
+        if not alive:
+            continue
+        if m["instance"] == instance:
+            warnings.append(
+                f"$.cluster.instance: {instance!r} is the name of a live member (pid {m['pid']}"
+                f" on {m['host']}): a second process of this name would be refused"
+            )
+        try:
+            others.append((m["instance"], msgspec.json.decode(m["offers"], type=Offers)))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            warnings.append(f"cannot read what member {m['instance']} offers")
+    errors: list[str] = []
+    for found in rules.disagreements(mine, instance, others):
+        (errors if found.startswith("$.cluster.lease") else warnings).append(found)
+    return lines, warnings, errors
 
 
 def _cmd_store_copy(args: argparse.Namespace) -> int:

@@ -61,6 +61,8 @@ class Daemon:
     """Starlette routes served behind the same edge but left out of /openapi.json (the console)."""
     sessions: Any = None
     """The console's session check (daemon/api/edge.py SessionCheck), once daemon/ui installed."""
+    http_stats: Any = None
+    """The running HTTP edge's EdgeStats, for a route that refuses on the edge's behalf."""
     status_sections: dict[str, StatusSection] = field(default_factory=dict)
     reload_hooks: list[ReloadHook] = field(default_factory=list)
     cluster: Any = None

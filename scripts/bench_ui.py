@@ -7,7 +7,8 @@ tracked video holding N snapshots spread over 60 days; Debian's Chromium (driven
 DevTools pipe, tests/ui/cdp.py) opens the video page: "page to chart" runs from Page.navigate
 to the moment the curve's <svg> is in the page (default range 7d), "chart (all)" from the click
 on the "all" range to its redrawn <svg> (all N snapshots read and decimated to at most 1000
-points, plus the ~50-row table). Goal: <= 1 s at 100k.
+points, plus the ~50-row table). Goal: <= 1 s at 100k. "overview" runs from Page.navigate to
+the overview's queue chart (the last hour kept by the server, /status next to it).
 
 Next to it, the curve request alone (`GET /ui/api/videos/{aid}/curve?range=all`, median of
 --rounds) and the baseline: the same SELECT run by plain APSW against the same file in a process
@@ -101,8 +102,8 @@ async def bench_size(size: int, rounds: int, browser: object) -> dict[str, objec
                 points = answer.json()["count"]
             server = server[1:]  # the first warms the page cache
 
-            def drawn() -> tuple[list[float], list[float]]:
-                loads, switches = [], []
+            def drawn() -> tuple[list[float], list[float], list[float]]:
+                loads, switches, overviews = [], [], []
                 for _ in range(rounds):
                     page = browser.new_page()
                     t0 = time.perf_counter()
@@ -114,11 +115,15 @@ async def bench_size(size: int, rounds: int, browser: object) -> dict[str, objec
                     page.wait("document.querySelector('svg.chart').getAttribute('aria-label')"
                               ".includes('over all')", timeout=60)  # fmt: skip
                     switches.append(time.perf_counter() - t1)
+                    t2 = time.perf_counter()
+                    page.goto(f"{base}/ui#/overview")
+                    page.wait("document.querySelector('svg.queue-chart')", timeout=60)
+                    overviews.append(time.perf_counter() - t2)
                     target = page.call("Target.getTargetInfo")["targetInfo"]["targetId"]
                     browser.send("Target.closeTarget", {"targetId": target})
-                return loads, switches
+                return loads, switches, overviews
 
-            loads, chart = await trio.to_thread.run_sync(drawn)
+            loads, chart, overview = await trio.to_thread.run_sync(drawn)
             db = Path(tmp) / "crawld.db"
             env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
             out = await trio.run_process(
@@ -135,6 +140,7 @@ async def bench_size(size: int, rounds: int, browser: object) -> dict[str, objec
             "chart_ms": median_ms(chart),
             "curve_request_ms": median_ms(server),
             "baseline_query_ms": median_ms(baseline["times"]),
+            "overview_ms": median_ms(overview),
         }
 
 
@@ -160,11 +166,11 @@ def main() -> int:
 
         trio.run(all_sizes)
     print(f"{'snapshots':>10} {'points':>7} {'page to chart (7d)':>19} {'chart (all)':>12} "
-          f"{'curve request':>14} {'same query, plain APSW':>23}")  # fmt: skip
+          f"{'curve request':>14} {'same query, plain APSW':>23} {'overview':>9}")  # fmt: skip
     for r in results:
         print(f"{r['snapshots']:>10,} {r['points_drawn']:>7} {r['page_load_7d_ms']:>16} ms "
               f"{r['chart_ms']:>9} ms {r['curve_request_ms']:>11} ms "
-              f"{r['baseline_query_ms']:>20} ms")  # fmt: skip
+              f"{r['baseline_query_ms']:>20} ms {r['overview_ms']:>6} ms")  # fmt: skip
     return 0
 
 

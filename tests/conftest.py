@@ -6,7 +6,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import trio
@@ -17,6 +17,9 @@ from daemon.outbox import Outbox
 from daemon.store import Store, open_store
 from daemon.store.postgres import PostgresBackend
 from daemon.systemd import Notifier
+
+if TYPE_CHECKING:
+    from tests.cluster.harness import Instances
 
 
 async def serve_daemon(nursery: trio.Nursery, path: Path) -> Daemon:
@@ -172,3 +175,16 @@ def _daemons_on_postgres(request: pytest.FixtureRequest, monkeypatch: pytest.Mon
         return pg_backend(*request.getfixturevalue("pg_schema"))
 
     monkeypatch.setattr(daemon.app, "backend_for", on_postgres)
+
+
+@pytest.fixture
+async def instances(tmp_path: Path, pg_schema: tuple[str, str]) -> AsyncIterator[Instances]:
+    """crawld processes on one PostgreSQL schema (tests/cluster/harness.py `Instances`), every
+    one killed at the end, whatever happened."""
+    from tests.cluster.harness import Instances
+
+    cluster = Instances(tmp_path / "instances", *pg_schema)
+    try:
+        yield cluster
+    finally:
+        await cluster.aclose()

@@ -1,5 +1,6 @@
 # The collector's control API from the seed (section 8): task list, manual start/stop of runs,
-# and reading the queue the rows went to (RabbitMQ or the embedded queue).
+# and reading the queue the rows went to (RabbitMQ or the embedded queue). In cluster mode a
+# start or stop of a task another instance runs is left for that instance (202, naming it).
 from __future__ import annotations
 
 from typing import Annotated, Any
@@ -40,16 +41,28 @@ class StartedRun(msgspec.Struct):
     job_id: str | None
 
 
-class StartResponse(msgspec.Struct):
+class HandedOver(msgspec.Struct):
+    """A start or stop left for the instance that runs the task (cluster mode)."""
+
+    task_id: str
+    instance: str | None
+    """The task's owner when the request was left (None: whoever takes the task next)."""
+
+
+class StartResponse(msgspec.Struct, omit_defaults=True):
     success: bool
     started: list[StartedRun]
     already_running: list[str]
+    requested: list[HandedOver] = []
+    """Tasks another instance runs: the start was left for it (its job id is not known here)."""
 
 
-class StopResponse(msgspec.Struct):
+class StopResponse(msgspec.Struct, omit_defaults=True):
     success: bool
     stopped: list[str]
     not_running: list[str]
+    requested: list[HandedOver] = []
+    """Tasks another instance runs: the stop was left for it."""
 
 
 class TasksResponse(msgspec.Struct):
@@ -89,14 +102,24 @@ class QueueSizeResponse(msgspec.Struct):
 
 
 def routes(daemon: Daemon, collector: Collector, queue: RowQueue) -> list[ApiRoute]:
-    def crawlers(task_id: str | None) -> list[str]:
+    async def crawlers(task_id: str | None) -> list[str]:
+        """The tasks a start or stop is for: every task listed here, or the one named (listed
+        here, or run by another instance)."""
         if task_id is None:
             return list(collector.crawlers)
-        if task_id not in collector.crawlers:
-            configured = {t.id for t in collector.config.collector.tasks}
-            reason = "is disabled" if task_id in configured else "is not configured"
-            raise HTTPError(404, f"task {task_id!r} {reason}", {"task_id": task_id})
-        return [task_id]
+        if task_id in collector.crawlers:
+            return [task_id]
+        if collector.cluster is not None and await collector.owner(task_id) is not None:
+            return [task_id]
+        configured = {t.id for t in collector.config.collector.tasks}
+        reason = "is disabled" if task_id in configured else "is not configured"
+        if collector.cluster is not None and collector.cluster.multi:
+            reason += " here and no instance runs it"
+        raise HTTPError(404, f"task {task_id!r} {reason}", {"task_id": task_id})
+
+    def answer(struct: StartResponse | StopResponse, one_task: bool) -> Response:
+        handed_over_only = one_task and bool(struct.requested)
+        return json(struct, status=202) if handed_over_only else json(struct)
 
     async def tasks(request: Request) -> Response:
         # Webhook URLs and headers in task settings may carry credentials.
@@ -104,8 +127,13 @@ def routes(daemon: Daemon, collector: Collector, queue: RowQueue) -> list[ApiRou
 
     async def start(request: Request) -> Response:
         body = await read_json_body(request, StartRequest)
-        started, busy = [], []
-        for task_id in crawlers(body.task_id):
+        started, busy, requested = [], [], []
+        for task_id in await crawlers(body.task_id):
+            if not collector.owns(task_id):
+                webhook = msgspec.to_builtins(body.webhook)
+                owner = await collector.hand_over(task_id, "start", {"webhook": webhook})
+                requested.append(HandedOver(task_id, owner))
+                continue
             try:
                 job_id = await collector.crawler(task_id).start_now(body.webhook)
             except (AlreadyRunning, UnknownTask):
@@ -119,15 +147,20 @@ def routes(daemon: Daemon, collector: Collector, queue: RowQueue) -> list[ApiRou
             raise HTTPError(
                 409, f"task {body.task_id!r} is already running", {"task_id": body.task_id}
             )
-        return json(StartResponse(True, started, busy))
+        return answer(StartResponse(True, started, busy, requested), body.task_id is not None)
 
     async def stop(request: Request) -> Response:
         body = await read_json_body(request, StopRequest)
         stopped: list[str] = []
         idle: list[str] = []
-        for task_id in crawlers(body.task_id):
+        requested: list[HandedOver] = []
+        for task_id in await crawlers(body.task_id):
+            if not collector.owns(task_id):
+                owner = await collector.hand_over(task_id, "stop", {})
+                requested.append(HandedOver(task_id, owner))
+                continue
             (stopped if collector.crawler(task_id).request_stop() else idle).append(task_id)
-        return json(StopResponse(True, stopped, idle))
+        return answer(StopResponse(True, stopped, idle, requested), body.task_id is not None)
 
     async def consume(request: Request) -> Response:
         count = COUNT.read_int(request, 1)
@@ -171,13 +204,18 @@ def routes(daemon: Daemon, collector: Collector, queue: RowQueue) -> list[ApiRou
     return [
         ApiRoute("GET", "/tasks", tasks, "Configured tasks, their settings and progress",
                  response=TasksResponse),
-        ApiRoute("POST", "/crawl/start", start, "Start a run now (one task or all enabled)",
+        ApiRoute("POST", "/crawl/start", start,
+                 "Start a run now (one task or all enabled); 202: left for the instance that"
+                 " runs the task",
                  body=StartRequest, response=StartResponse,
-                 errors={**bad, 404: "unknown or disabled task", 409: "already running",
+                 errors={**bad, 404: "unknown or disabled task (and no instance runs it)",
+                         409: "already running",
                          503: "the task's crawler stopped (reload) before the run began"}),
-        ApiRoute("POST", "/crawl/stop", stop, "Stop runs after their current window",
+        ApiRoute("POST", "/crawl/stop", stop,
+                 "Stop runs after their current window; 202: left for the instance that runs"
+                 " the task",
                  body=StopRequest, response=StopResponse,
-                 errors={**bad, 404: "unknown or disabled task"}),
+                 errors={**bad, 404: "unknown or disabled task (and no instance runs it)"}),
         ApiRoute("POST", "/consume", consume,
                  "Take up to `count` messages off the queue: they are deleted from it",
                  body=ConsumeRequest, response=ConsumeResponse,

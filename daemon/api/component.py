@@ -46,6 +46,7 @@ def check_secrets(cfg: Config) -> None:
 async def serve_http(daemon: Daemon, *, task_status: trio.TaskStatus[Any]) -> None:
     policy = edge_policy(daemon)
     stats = EdgeStats()
+    daemon.http_stats = stats
     http = daemon.config.http
     if only_local_names(http):
         log.warning(

@@ -15,7 +15,8 @@
 # heartbeat, the renewal of every held lease and the tries for wanted free ones. A second task
 # drops leases whose renewal has not come back in time (the database may be unreachable):
 # River's "a leader that cannot renew steps down". With SQLite the same code runs with one member
-# that takes every lease on its first try.
+# that takes every lease on its first try and never steps down (no one else can take over a file
+# only it opens).
 from __future__ import annotations
 
 import contextlib
@@ -156,7 +157,9 @@ class Cluster:
         try:
             await self.join()
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._expire_loop)
+                if self.multi:
+                    # Alone on a SQLite file nobody can take a lease over: no stepping down.
+                    nursery.start_soon(self._expire_loop)
                 task_status.started()
                 while True:
                     await self.tick()
@@ -175,7 +178,9 @@ class Cluster:
         """One write: the heartbeat and renewals when due, and a try for each wanted lease."""
         now = trio.current_time()
         renewing = now >= self._next_renewal
-        wanted = [name for name in self._wanted if name not in self.held]
+        # A lease taken by the last tick whose waiter has not run yet is in `_taken`: trying it
+        # again would take it a second time and fence out the very task about to hold it.
+        wanted = [n for n in self._wanted if n not in self.held and n not in self._taken]
         if not renewing and not wanted:
             return
         held = [(lease.name, lease.token) for lease in self.held.values()]
@@ -322,6 +327,8 @@ class Cluster:
         with trio.move_on_after(rules.poll_every_s(self.lease_s)):
             await lease.requests.wait()
         lease.requests = trio.Event()
+        if not await self.store.read(lambda conn: cs.has_requests(conn, lease.name)):
+            return []
         rows = await self.store.write(lambda conn: cs.take_requests(conn, lease.name, lease.token))
         return [Request(rid, action, _body.decode(body), frm) for rid, action, body, frm in rows]
 

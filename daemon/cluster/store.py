@@ -1,4 +1,6 @@
 # Every statement of cluster mode: member rows, lease rows and requests for a lease's holder.
+# Statements that lock several lease rows take them in name order, so two instances renewing and
+# taking leases at once never deadlock.
 # Each function runs inside the caller's store transaction (one `store.write`), so a heartbeat,
 # the renewal of every held lease and the tries for free ones share one commit per tick.
 #
@@ -107,7 +109,7 @@ def acquire(conn: Conn, names: Sequence[str], instance: str, lease_ms: int) -> d
         " WHERE cluster_leases.expires_ms < crawld_now_ms()"
         " OR cluster_leases.holder = excluded.holder"
         " RETURNING name, token",
-        [(name, instance, lease_ms) for name in names],
+        [(name, instance, lease_ms) for name in sorted(names)],
     )
     return {name: int(token) for name, token in rows}
 
@@ -118,7 +120,7 @@ def renew(conn: Conn, held: Sequence[tuple[str, int]], lease_ms: int) -> list[st
     rows = conn.executemany(
         "UPDATE cluster_leases SET expires_ms = crawld_now_ms() + ?"
         " WHERE name = ? AND token = ? RETURNING name",
-        [(lease_ms, name, token) for name, token in held],
+        [(lease_ms, name, token) for name, token in sorted(held)],
     )
     return [name for (name,) in rows]
 
@@ -186,6 +188,12 @@ def post_request(conn: Conn, lease: str, action: str, body: str, from_instance: 
         (lease, action, body, from_instance),
     ).fetchone()
     return int(rid)
+
+
+def has_requests(conn: Conn, lease: str) -> bool:
+    """Whether a request waits for `lease` (a read: the holder's poll costs no write)."""
+    row = conn.execute("SELECT 1 FROM cluster_requests WHERE lease = ? LIMIT 1", (lease,))
+    return row.fetchone() is not None
 
 
 def take_requests(conn: Conn, lease: str, token: int) -> list[tuple[int, str, str, str]]:

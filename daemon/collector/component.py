@@ -1,5 +1,7 @@
 # Wires the collector into the daemon: the queue its rows go to (RabbitMQ through a drainer, or
 # the embedded queue), the crawlers, the HTTP routes, the /status sections and the reload hook.
+# In cluster mode every instance keeps its broker connection (for /consume and /queue/size) but
+# only the holder of the lease `outbox:<stream>` drains the stream to RabbitMQ.
 from __future__ import annotations
 
 from typing import Any
@@ -36,7 +38,12 @@ def install(daemon: Daemon) -> None:
                 amqp.broker = broker
                 task_status.started()
                 try:
-                    await amqp.drain(broker)
+                    # Alone on SQLite nobody can take the stream over: no fencing to do.
+                    multi = daemon.cluster.multi
+                    await daemon.cluster.run_owned(
+                        drainer_lease(stream),
+                        lambda lease: amqp.drain(broker, lease=lease if multi else None),
+                    )
                 finally:
                     amqp.broker = None
 
@@ -50,6 +57,7 @@ def install(daemon: Daemon) -> None:
         outbox=daemon.outbox,
         stream=stream,
         jobs=getattr(daemon, "jobs", None),
+        cluster=daemon.cluster,
     )
 
     async def run_collector(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
@@ -63,7 +71,7 @@ def install(daemon: Daemon) -> None:
 
     async def collector_section() -> dict[str, Any]:
         pending = await daemon.outbox.state(stream) if daemon.outbox else None
-        section = collector.status()
+        section = await collector.status()
         if pending is not None:
             section["undelivered"] = pending.pending
             section["oldest_undelivered_ms"] = pending.oldest_ms
@@ -98,6 +106,11 @@ async def warn_about_other_queues(daemon: Daemon, stream: str) -> None:
                 stream=name,
                 rows=state.pending,
             )
+
+
+def drainer_lease(stream: str) -> str:
+    """The lease whose holder publishes `stream` to RabbitMQ."""
+    return f"outbox:{stream}"
 
 
 def check_secrets(cfg: config.Config) -> None:

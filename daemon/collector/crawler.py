@@ -9,6 +9,11 @@
 # A run stops between windows (manual stop, job cancelled, shutdown); its progress stays
 # unfinished and the next run resumes it before starting a new range. A run that fails (upstream
 # errors after the client's retries) is recorded, its job fails, and the next run resumes.
+#
+# In cluster mode a crawler runs only while its instance holds the task's lease (`run(lease)`);
+# every write a run makes (window commits, progress, the job it opened, its result) checks the
+# lease's token in the same transaction, so an owner paused past its lease writes nothing once
+# another instance took over. The new owner resumes from the last committed window.
 from __future__ import annotations
 
 import contextlib
@@ -23,12 +28,14 @@ import trio
 
 from daemon import metrics
 from daemon import outbox as outbox_mod
+from daemon.cluster import Lease, LeaseLost
 from daemon.collector import paging
 from daemon.collector.datefilter import DateCounts, DateRule, expiration_ms, judge
 from daemon.collector.messages import row_items
 from daemon.collector.octoparse import OctoparseClient
 from daemon.collector.store import (
     RunStats,
+    TaskState,
     load_task_state,
     save_job,
     save_progress,
@@ -121,6 +128,21 @@ class TaskCrawler:
         self._stop = trio.Event()
         self._wake = trio.Event()
         self._pending_start: _StartRequest | None = None
+        self.lease: Lease | None = None
+        """The task's lease while this instance owns it (None: single-instance use)."""
+
+    def _fence(self, conn: Conn) -> None:
+        if self.lease is not None:
+            self.lease.check(conn)
+
+    def _write(self, fn: Callable[[Conn], Any]) -> Awaitable[Any]:
+        """A store write made on the strength of the task's lease."""
+
+        def tx(conn: Conn) -> Any:
+            self._fence(conn)
+            return fn(conn)
+
+        return self.store.write(tx)
 
     @property
     def running(self) -> bool:
@@ -159,8 +181,18 @@ class TaskCrawler:
             source={"task_id": self.task.id, "octoparse_task_id": self.task.task_id},
         )
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The crawler's life: runs at boot (auto_start) and every `interval`, or on demand."""
+    async def run(
+        self,
+        lease: Lease | None = None,
+        *,
+        resume_interrupted: bool = False,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """The crawler's life: runs at boot (auto_start) and every `interval`, or on demand.
+
+        `lease`: the task's lease, checked by every write (cluster mode). `resume_interrupted`:
+        a run its previous owner left unfinished (killed, or fenced out) continues at once."""
+        self.lease = lease
         state = await self.store.read(lambda c: load_task_state(c, self.task.id))
         self.last_result = state.last_result
         self.high_water = paging.high_water(state.progress)
@@ -169,7 +201,7 @@ class TaskCrawler:
             ended = state.progress is not None and state.progress.end is not None
             await self._close_orphaned_job(state.job_id, ended)
         task_status.started()
-        due = self.collector.auto_start
+        due = self.collector.auto_start or (resume_interrupted and interrupted(state))
         try:
             while True:
                 if due or self._pending_start is not None:
@@ -184,6 +216,7 @@ class TaskCrawler:
                     self.next_run_ms = None
                     await self._wait_for_start()
         finally:
+            self.lease = None
             with trio.CancelScope(shield=True):
                 await self._refuse_start_request("the task's crawler stopped")
 
@@ -220,18 +253,26 @@ class TaskCrawler:
         try:
             await self._run(stats)
         except Exception as exc:
-            stats.status = "failed"
-            stats.error = f"{type(exc).__name__}: {exc}"
-            self.log.error("run failed; the next run resumes it", run=run_id, error=stats.error)
-        except BaseException:  # cancelled: shutdown, reload or the task removed
-            stats.status = "stopped"
-            stats.error = "the crawler was stopped (shutdown or reload)"
-            with trio.CancelScope(shield=True):
-                await self._finish(stats)
+            if not isinstance(exc, LeaseLost):
+                stats.status = "failed"
+                stats.error = f"{type(exc).__name__}: {exc}"
+                self.log.error("run failed; the next run resumes it", run=run_id, error=stats.error)
+            else:
+                await self._cut_short(stats, "another instance took the task over")
+                raise
+        except BaseException:  # cancelled: shutdown, reload, the task removed or its lease lost
+            await self._cut_short(stats, "the crawler was stopped (shutdown or reload)")
             raise
         with trio.CancelScope(shield=True):
             await self._finish(stats)
         return stats
+
+    async def _cut_short(self, stats: RunStats, why: str) -> None:
+        stats.status = "stopped"
+        stats.error = why
+        stats.interrupted = True
+        with trio.CancelScope(shield=True):
+            await self._finish(stats)
 
     async def _run(self, stats: RunStats) -> None:
         state = await self.store.read(lambda c: load_task_state(c, self.task.id))
@@ -239,7 +280,7 @@ class TaskCrawler:
             stats.job_id = await self._create_job(None)
         if stats.job_id is not None:  # before any upstream call, so a crash cannot orphan it
             job_id = stats.job_id
-            await self.store.write(lambda c: save_job(c, self.task.id, job_id, self.clock_ms()))
+            await self._write(lambda c: save_job(c, self.task.id, job_id, self.clock_ms()))
         total = await self.client.total(self.task.task_id)
         start = paging.start_run(state.progress, total, self.task.paging)
         progress = start.progress
@@ -342,6 +383,7 @@ class TaskCrawler:
 
         def commit(conn: Conn) -> None:
             nonlocal pending
+            self._fence(conn)
             bodies_in = None
             job_id = stats.job_id
             if self.jobs is not None and job_id is not None and rows:
@@ -376,7 +418,7 @@ class TaskCrawler:
 
     async def _save(self, progress: paging.Progress, stats: RunStats) -> None:
         now = self.clock_ms()
-        await self.store.write(
+        await self._write(
             lambda c: save_progress(c, self.task.id, progress, stats.run_id, stats.job_id, now)
         )
         self.high_water = paging.high_water(progress)
@@ -389,7 +431,9 @@ class TaskCrawler:
                 await self.jobs.finish(job_id, "completed")
             else:
                 await self.jobs.finish(
-                    job_id, "failed", "interrupted by a restart; the next run resumes its range"
+                    job_id,
+                    "failed",
+                    "interrupted by a restart or failover; the next run resumes its range",
                 )
         except Exception as exc:  # already finished or expired: nothing to close
             self.log.debug("previous job not closed", job=job_id, error=str(exc))
@@ -400,9 +444,11 @@ class TaskCrawler:
         self.last_result = stats
         metrics.collector_runs.labels(self.task.id, stats.status).inc()
         try:
-            await self.store.write(
-                lambda c: save_result(c, self.task.id, stats, stats.finished_ms or 0)
-            )
+            await self._write(lambda c: save_result(c, self.task.id, stats, stats.finished_ms or 0))
+        except LeaseLost:
+            # The new owner closes the run's job and resumes its range: leave both to it.
+            self.log.warning("run ended after the task moved to another instance", run=stats.run_id)
+            return
         except Exception as exc:  # the run's rows are safe; only its summary is not stored
             self.log.error("could not store the run's result", run=stats.run_id, error=str(exc))
         if self.jobs is not None and stats.job_id is not None:
@@ -424,3 +470,12 @@ class TaskCrawler:
             published=stats.published,
             windows=stats.windows,
         )
+
+
+def interrupted(state: TaskState) -> bool:
+    """Whether the task's last run was cut short by its instance rather than ended: it never
+    recorded its result (killed, or fenced out) or was cancelled by a shutdown or reload."""
+    if state.run_id is None:
+        return False
+    last = state.last_result
+    return last is None or last.run_id != state.run_id or last.interrupted

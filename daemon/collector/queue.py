@@ -9,6 +9,10 @@
 #   an ack's commit never delays a send that the window has room for; a batch keeps its room
 #   until its ack committed. A crash or a lost connection therefore repeats at most
 #   `confirm_window` messages (same message ids). `/consume` and `/queue/size` ask RabbitMQ.
+#   In cluster mode the drainer runs under the stream's lease: each ack checks its token in the
+#   same transaction, and no batch is handed to the broker once the lease's local deadline has
+#   passed (an owner paused past its lease wakes up publishing nothing); the next owner starts
+#   after the ack cursor, so a failover repeats at most `confirm_window` messages too.
 # - EmbeddedQueue: no broker; the stream itself is the queue. `/consume` takes from it in order,
 #   honouring each message's TTL.
 from __future__ import annotations
@@ -22,6 +26,7 @@ import trio
 from daemon import metrics
 from daemon.broker import AmqpBroker, BrokerError, Publishing
 from daemon.broker_rules import batch_limit
+from daemon.cluster import Lease, LeaseLost
 from daemon.collector.messages import ConsumedMessage, consumed_from_item, decode_body, outgoing
 from daemon.logs import get_logger
 from daemon.outbox import Item, Outbox, now_ms
@@ -88,6 +93,8 @@ class AmqpQueue:
         self._failures = 0
         """Failures since the last confirmed batch (drives the retry backoff)."""
         self.last_error: str | None = None
+        self.draining = False
+        """Whether this instance drains the stream now (holds its lease, or needs none)."""
 
     async def consume(self, count: int) -> list[ConsumedMessage]:
         broker = self._broker()
@@ -127,18 +134,29 @@ class AmqpQueue:
             "expired_before_publish": self.expired_before_publish,
             "failed_batches": self.failed_batches,
             "last_error": self.last_error,
+            "draining": self.draining,
         }
         if self.broker is not None:
             info.update(self.broker.status())
         return info
 
-    async def drain(self, broker: AmqpBroker, rng: random.Random | None = None) -> None:
+    async def drain(
+        self, broker: AmqpBroker, rng: random.Random | None = None, *, lease: Lease | None = None
+    ) -> None:
         """Publish the stream in order, forever; after a failed batch, back off and send
-        everything after the ack cursor again."""
+        everything after the ack cursor again. With `lease` (cluster mode) every ack is fenced
+        by it and LeaseLost ends the drain."""
         rng = rng or random.Random()
+        self.draining = True
+        try:
+            await self._drain(broker, rng, lease)
+        finally:
+            self.draining = False
+
+    async def _drain(self, broker: AmqpBroker, rng: random.Random, lease: Lease | None) -> None:
         while True:
             try:
-                await self._pipeline(broker)
+                await self._pipeline(broker, lease)
             except BrokerError as exc:
                 self._failures += 1
                 self.failed_batches += 1
@@ -153,7 +171,7 @@ class AmqpQueue:
                 await trio.sleep(delay)
                 continue
 
-    async def _pipeline(self, broker: AmqpBroker) -> None:
+    async def _pipeline(self, broker: AmqpBroker, lease: Lease | None = None) -> None:
         """Keep batches in flight until one fails (raises its BrokerError).
 
         Three tasks so that no step waits for another it does not depend on: the reader
@@ -189,6 +207,8 @@ class AmqpQueue:
             async with read_receive, sent_send:
                 async for batch in read_receive:
                     await window.reserve(len(batch))
+                    if lease is not None and lease.deadline <= trio.current_time():
+                        raise LeaseLost(lease.name)  # not renewed in time: maybe taken over
                     at = now_ms()
                     messages = [m for item in batch if (m := outgoing(item, at)) is not None]
                     publishing = await broker.start_publish(messages) if messages else None
@@ -201,7 +221,9 @@ class AmqpQueue:
                     batch, publishing, sent = in_flight[0]
                     if publishing is not None:
                         await publishing.confirmed()
-                    await self.outbox.ack(self.stream, batch[-1].seq)
+                    await self.outbox.ack(
+                        self.stream, batch[-1].seq, also=lease.check if lease else None
+                    )
                     in_flight.popleft()
                     window.release(len(batch))
                     self.last_error = None

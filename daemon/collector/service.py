@@ -2,17 +2,31 @@
 # scope inside the collector's nursery, sharing one OctoparseClient (and so one rate limiter) per
 # account. Reload diffs the task list: removed tasks are stopped, added ones started, changed ones
 # restarted with their new settings; untouched crawlers keep running mid-run.
+#
+# In cluster mode each task's crawler runs under the lease `collector:<task id>` (only instances
+# listing the task compete for it): a task listed on several instances runs on one at a time, a
+# task removed by reload gives its lease back, an added one competes for it. The owner also takes
+# the start/stop requests other instances leave for the lease (see `hand_over`).
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import msgspec
 import trio
 
-from daemon.collector.crawler import JobSink, TaskCrawler
+from daemon.cluster import Cluster, Lease, Request
+from daemon.collector.crawler import AlreadyRunning, CrawlerStopped, JobSink, TaskCrawler
 from daemon.collector.octoparse import OctoparseClient
-from daemon.config import AccountConfig, Config, ConfigDiff, TaskConfig, to_builtins
+from daemon.config import (
+    AccountConfig,
+    Config,
+    ConfigDiff,
+    TaskConfig,
+    WebhookSpec,
+    to_builtins,
+)
 from daemon.logs import get_logger
 from daemon.net.ratelimit import RateLimiter
 from daemon.outbox import Outbox
@@ -33,6 +47,18 @@ class CollectorNotRunning(Exception):
     pass
 
 
+def lease_name(task_id: str) -> str:
+    """The lease whose holder runs the task's crawler."""
+    return f"collector:{task_id}"
+
+
+def request_webhook(value: Any) -> str | WebhookSpec | None:
+    """A start request's webhook back from its JSON form."""
+    if value is None or isinstance(value, str):
+        return value
+    return msgspec.convert(value, WebhookSpec)
+
+
 @dataclass
 class _Running:
     crawler: TaskCrawler
@@ -50,8 +76,11 @@ class Collector:
         stream: str,
         jobs: JobSink | None,
         http: httpx.AsyncClient | None = None,
+        cluster: Cluster | None = None,
     ) -> None:
         self.config = config
+        self.cluster = cluster
+        """None: every listed task runs here (no leases), as in tests of the crawler alone."""
         self.store = store
         self.outbox = outbox
         self.stream = stream
@@ -113,12 +142,83 @@ class Collector:
         async def life(task_status: trio.TaskStatus[None]) -> None:
             try:
                 with scope:
-                    await crawler.run(task_status=task_status)
+                    if self.cluster is None:
+                        await crawler.run(task_status=task_status)
+                    else:
+                        await self._run_owned(self.cluster, crawler, task_status)
             finally:
                 done.set()
 
         await self._nursery.start(life)
         self.crawlers[task.id] = _Running(crawler, scope, done)
+
+    async def _run_owned(
+        self, cluster: Cluster, crawler: TaskCrawler, task_status: trio.TaskStatus[None]
+    ) -> None:
+        """Run the crawler whenever this instance holds the task's lease. Alone on the store
+        (SQLite) the lease is taken at once, and the crawler counts as started once it holds
+        it; with others it counts as started at once (another instance may own the task)."""
+        if cluster.multi:
+            task_status.started()
+            task_status = trio.TASK_STATUS_IGNORED
+
+        async def owned(lease: Lease) -> None:
+            nonlocal task_status
+            status, task_status = task_status, trio.TASK_STATUS_IGNORED
+            async with trio.open_nursery() as nursery:
+                if cluster.multi:  # alone, every start and stop is served here directly
+                    nursery.start_soon(self._take_requests, cluster, crawler, lease, nursery)
+                await crawler.run(lease, resume_interrupted=cluster.multi, task_status=status)
+
+        await cluster.run_owned(lease_name(crawler.task.id), owned)
+
+    async def _take_requests(
+        self, cluster: Cluster, crawler: TaskCrawler, lease: Lease, nursery: trio.Nursery
+    ) -> None:
+        while True:
+            for request in await cluster.requests(lease):
+                log.info(
+                    "request from another instance",
+                    task=crawler.task.id,
+                    action=request.action,
+                    by=request.from_instance,
+                )
+                if request.action == "start":
+                    nursery.start_soon(self._start_requested, crawler, request)
+                elif request.action == "stop":
+                    crawler.request_stop()
+
+    async def _start_requested(self, crawler: TaskCrawler, request: Request) -> None:
+        try:
+            job_id = await crawler.start_now(request_webhook(request.body.get("webhook")))
+        except (AlreadyRunning, CrawlerStopped) as exc:
+            log.info("requested start not served", task=crawler.task.id, reason=repr(exc))
+            return
+        log.info("requested run started", task=crawler.task.id, job=job_id)
+
+    def owns(self, task_id: str) -> bool:
+        """Whether this instance runs the task now (holds its lease, or needs none)."""
+        running = self.crawlers.get(task_id)
+        if running is None:
+            return False
+        if self.cluster is None:
+            return True
+        lease = running.crawler.lease
+        return lease is not None and not lease.lost.is_set()
+
+    async def owner(self, task_id: str) -> str | None:
+        """The instance running the task now (None: nobody holds its lease)."""
+        if self.cluster is None:
+            return None
+        return await self.cluster.holder(lease_name(task_id))
+
+    async def hand_over(self, task_id: str, action: str, body: dict[str, Any]) -> str | None:
+        """Leave `action` for the task's owner (or whoever takes its lease next); returns the
+        owner now (None: nobody holds the lease yet)."""
+        assert self.cluster is not None
+        owner = await self.owner(task_id)
+        await self.cluster.request(lease_name(task_id), action, body)
+        return owner
 
     async def _stop(self, task_id: str) -> None:
         running = self.crawlers.pop(task_id, None)
@@ -195,8 +295,12 @@ class Collector:
             result.append(entry)
         return result
 
-    def status(self) -> dict[str, Any]:
-        return {
-            "tasks": [self.crawler_status(r.crawler) for r in self.crawlers.values()],
-            "stream": self.stream,
-        }
+    async def status(self) -> dict[str, Any]:
+        tasks = []
+        for task_id, running in self.crawlers.items():
+            entry = self.crawler_status(running.crawler)
+            if self.cluster is not None:
+                entry["owner"] = await self.owner(task_id)
+                entry["owned"] = self.owns(task_id)
+            tasks.append(entry)
+        return {"tasks": tasks, "stream": self.stream}

@@ -32,6 +32,8 @@ class RunStats(msgspec.Struct, kw_only=True):
     end: str | None = None
     error: str | None = None
     finished_ms: int | None = None
+    interrupted: bool = False
+    """Ended by shutdown, reload or a lost lease rather than by itself or a stop request."""
 
 
 class TaskState(msgspec.Struct):

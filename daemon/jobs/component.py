@@ -17,7 +17,9 @@ def install(daemon: Daemon) -> None:
 
     assert daemon.store is not None and daemon.outbox is not None
     cfg = daemon.config
-    manager = JobManager(daemon.store, daemon.outbox, cfg.jobs, cfg.webhooks)
+    manager = JobManager(
+        daemon.store, daemon.outbox, cfg.jobs, cfg.webhooks, cluster=daemon.cluster
+    )
     daemon.jobs = manager
     daemon.parts["jobs"] = manager
 

@@ -22,6 +22,12 @@
 # afterwards) become ONE job error whose count grows, the cursor moves to the end, and a row in
 # `webhook_gone` keeps it so after a restart. The job's own status is not touched.
 #
+# Cluster mode: a drainer runs under the lease `webhook:<job id>` (manager.py takes it), so one
+# instance delivers a job's events at a time. Every write it makes (cursor, errors, the gone mark)
+# checks the lease in its own transaction, and no attempt starts once the lease may have run out
+# locally: an instance paused past its lease wakes up unable to send or move the cursor. The job's
+# producer may live on another instance, so an idle drainer also polls the store (`poll_s`).
+#
 # The HTTP side (`Deliverer`) is shared by every drainer: one set of keep-alive connections per
 # destination host (connections.HostConnections), so no connection verified for one name serves
 # another name on the same IP, closed after CLIENT_IDLE_S without requests; requests go straight
@@ -45,6 +51,7 @@ import trio
 from prometheus_client import Counter, Histogram
 
 from daemon import outbox as outbox_mod
+from daemon.cluster import Lease, LeaseLost
 from daemon.config import WebhookFields, WebhooksConfig, webhook_secret
 from daemon.jobs import events, retry, signing, ssrf, webhook_rules
 from daemon.jobs import store as jobstore
@@ -131,6 +138,9 @@ class JobState:
     gone: jobstore.GoneMark | None = None
     """The endpoint answered 410 Gone: nothing more is sent (kept in the store)."""
     gone_checked: bool = False
+    remote: bool = False
+    """Another instance held the job's drainer lease when this one tried (cluster mode): the
+    periodic scan takes the job over once the lease is free."""
 
     def __post_init__(self) -> None:
         if self.webhook is not None:
@@ -297,9 +307,12 @@ class Deliverer:
                 del self._creating[host_key]
                 done.set()
 
-    async def deliver(self, job: JobState, item: Item) -> Final:
+    async def deliver(
+        self, job: JobState, item: Item, guard: Callable[[], None] | None = None
+    ) -> Final:
         """Attempts until a final outcome. Never raises for a problem with this one delivery
-        (bad settings, encoding, an unexpected error): that is the event's final failure."""
+        (bad settings, encoding, an unexpected error): that is the event's final failure.
+        `guard()` runs before each attempt and may raise (LeaseLost) to send nothing more."""
         assert job.webhook is not None
         if job.problem is not None:
             return Final("failed", 0, None, f"invalid webhook settings: {job.problem}")
@@ -307,6 +320,8 @@ class Deliverer:
         type_ = item.meta.get("type")
         attempt = 0
         while True:
+            if guard is not None:
+                guard()
             attempt += 1
             settings = self.settings
             status: int | None = None
@@ -392,11 +407,46 @@ class JobDrainer:
         deliverer: Deliverer,
         store: Store,
         clock_ms: Callable[[], int] = outbox_mod.now_ms,
+        *,
+        lease: Lease | None = None,
+        poll_s: float | None = None,
     ) -> None:
         self.job = job
         self.deliverer = deliverer
         self.store = store
         self.clock_ms = clock_ms
+        self.lease = lease
+        """The job's drainer lease (cluster mode): every write checks it."""
+        self.poll_s = poll_s
+        """Set when other instances share the store: re-read it this often while idle (the
+        producer may be another instance), and send nothing once the lease may have run out."""
+
+    async def _write(self, fn: Callable[[Conn], Any]) -> Any:
+        """`fn` in a store transaction that first checks the lease (LeaseLost: nothing kept)."""
+        lease = self.lease
+
+        def tx(conn: Conn) -> Any:
+            if lease is not None:
+                lease.check(conn)
+            return fn(conn)
+
+        return await self.store.write(tx)
+
+    def _may_send(self) -> None:
+        """Raise LeaseLost once the lease may have run out (e.g. after a pause): nothing more
+        goes out on the strength of it."""
+        lease = self.lease
+        if lease is None or self.poll_s is None:
+            return
+        if lease.lost.is_set() or lease.deadline <= trio.current_time():
+            raise LeaseLost(lease.name)
+
+    async def _idle(self, woken: trio.Event) -> None:
+        if self.poll_s is None:
+            await woken.wait()
+        else:
+            with trio.move_on_after(self.poll_s):
+                await woken.wait()
 
     async def run(self) -> None:
         job = self.job
@@ -424,19 +474,26 @@ class JobDrainer:
         job = self.job
         stream = job.stream
 
-        def read(conn: Conn, gone: bool) -> tuple[jobstore.GoneMark | None, list[Item]]:
+        polled = self.poll_s is not None
+
+        def read(conn: Conn, gone: bool) -> tuple[jobstore.GoneMark | None, list[Item], bool]:
             mark = jobstore.webhook_gone(conn, job.id) if gone else None
-            return mark, outbox_mod.read_after_cursor(conn, stream, READ_BATCH)
+            # Read first: when another instance produces, a terminal flag seen in the same
+            # snapshot means its terminal event is in this read (or was acked before it).
+            ended = polled and jobstore.is_terminated(conn, job.id)
+            return mark, outbox_mod.read_after_cursor(conn, stream, READ_BATCH), ended
 
         while True:
             woken = job.wake.event
             terminated, degraded = job.terminated, job.degraded
             check_gone = not job.gone_checked  # the first read also fetches the gone mark
             try:
-                mark, batch = await self.store.read(functools.partial(read, gone=check_gone))
+                mark, batch, ended = await self.store.read(functools.partial(read, gone=check_gone))
             except DB_ERRORS as exc:
                 self._close_disk("reading the webhook outbox failed", exc)
                 return
+            if ended:
+                terminated = job.terminated = True
             if check_gone:
                 job.gone, job.gone_checked = mark, True
             if not batch:
@@ -445,7 +502,7 @@ class JobDrainer:
                     return
                 if terminated:
                     return
-                await woken.wait()
+                await self._idle(woken)
                 continue
             if job.gone is not None:
                 if not await self._skip_disk(batch):
@@ -461,7 +518,7 @@ class JobDrainer:
                 error = self._error_for(item, final)
                 try:
                     # The cursor alone per event; the batch's last ack deletes the batch.
-                    await self.store.write(
+                    await self._write(
                         functools.partial(
                             self._ack_in_tx, seq=item.seq, prune=item.seq == last, error=error
                         )
@@ -505,7 +562,7 @@ class JobDrainer:
                 error = self._error_for(item, final)
                 if error is not None:
                     try:
-                        await self.store.write(functools.partial(self._add_error, error=error))
+                        await self._write(functools.partial(self._add_error, error=error))
                     except DB_ERRORS as exc:
                         log.error(
                             "could not record an undelivered webhook event",
@@ -517,7 +574,7 @@ class JobDrainer:
                 continue
             if terminated:
                 return
-            await woken.wait()
+            await self._idle(woken)
 
     async def _gone(self, item: Item, final: Final, *, durable: bool) -> bool:
         """The endpoint answered 410 Gone for `item`: record the one error and the mark, skip
@@ -543,7 +600,7 @@ class JobDrainer:
 
         ok = True
         try:
-            mark = await self.store.write(tx)
+            mark = await self._write(tx)
         except DB_ERRORS as exc:
             ok = False
             self._close_disk("recording a 410 Gone failed", exc)
@@ -564,7 +621,7 @@ class JobDrainer:
         job = self.job
         upto, count = batch[-1].seq, len(batch)
         try:
-            await self.store.write(
+            await self._write(
                 lambda c: jobstore.skip_gone(c, job.id, count, stream=job.stream, upto=upto)
             )
         except DB_ERRORS as exc:
@@ -576,7 +633,7 @@ class JobDrainer:
     async def _skip_memory(self, count: int) -> None:
         job = self.job
         try:
-            await self.store.write(lambda c: jobstore.skip_gone(c, job.id, count))
+            await self._write(lambda c: jobstore.skip_gone(c, job.id, count))
         except DB_ERRORS as exc:
             log.error("could not count a webhook event not sent", job=job.id, error=exc)
         self._skipped(count)
@@ -591,7 +648,7 @@ class JobDrainer:
     async def _send(self, item: Item) -> Final:
         self.job.head_ms = item.created_ms
         try:
-            return await self.deliverer.deliver(self.job, item)
+            return await self.deliverer.deliver(self.job, item, self._may_send)
         finally:
             self.job.head_ms = None
 

@@ -13,6 +13,11 @@
 # Contract for producers: one producer per job at a time, and `after_commit(pending)` is awaited
 # before that job's next event is issued. The manager's own methods hold the job's lock.
 #
+# Cluster mode (`cluster` given): a job's drainer runs under the lease `webhook:<job id>` (the
+# instance creating the job tries first); every instance scans each poll for jobs with undelivered
+# events whose lease is free (the owner died or let go) and takes up to its fair share of them
+# (spread.py), continuing after the ack cursor. Expiry runs on one instance (`jobs:expiry`).
+#
 # Store failures: if one of the manager's own writes raises DB_ERRORS the job degrades: its
 # later events are numbered in memory (after the highest seq it knows) and go to the memory
 # queue; `finish` keeps the final status in memory and the cleanup loop retries saving it.
@@ -35,8 +40,11 @@ from prometheus_client.registry import Collector
 
 from daemon import config
 from daemon import outbox as outbox_mod
+from daemon.cluster import Cluster, Lease, LeaseLost
+from daemon.cluster import rules as cluster_rules
+from daemon.cluster import store as cluster_store
 from daemon.config import JobsConfig, WebhookFields, WebhooksConfig, WebhookSpec
-from daemon.jobs import events
+from daemon.jobs import events, spread
 from daemon.jobs import store as jobstore
 from daemon.jobs.drainer import (
     EVENTS,
@@ -56,6 +64,7 @@ log = get_logger("jobs")
 
 FinalStatus = Literal["completed", "failed", "cancelled"]
 DELETE_CHUNK = 2000
+EXPIRY_LEASE = "jobs:expiry"
 
 
 @dataclass
@@ -97,8 +106,11 @@ class JobManager:
         transport: httpx.AsyncBaseTransport | None = None,
         clock_ms: Any = now_ms,
         rng: random.Random | None = None,
+        cluster: Cluster | None = None,
     ) -> None:
         self.store = store
+        self.cluster = cluster
+        """Drainers and expiry run under its leases; None: this process alone (tests)."""
         self.outbox = outbox
         self.jobs_cfg = jobs
         self.clock_ms = clock_ms
@@ -146,6 +158,11 @@ class JobManager:
         job_id = str(uuid.uuid4())
         at = self.clock_ms()
         job = JobState(job_id, kind, webhook, durable=self.jobs_cfg.store, attached=True)
+        lease: Lease | None = None
+        if self.cluster is not None and webhook is not None and self._nursery is not None:
+            # Before the first event commits, so no other instance's scan takes it first (before
+            # `run`, its resume takes the lease).
+            [lease] = await self.cluster.try_acquire([job.stream])
         self._active[job_id] = job
 
         def tx(conn: Conn) -> PendingEvents:
@@ -170,9 +187,11 @@ class JobManager:
             pending = await self.store.write(tx)
         except BaseException:
             self._active.pop(job_id, None)
+            if lease is not None:
+                await self.cluster.release(lease)  # type: ignore[union-attr]
             raise
         log.info("job created", job=job_id, kind=kind, webhook=webhook is not None)
-        self._spawn(job)
+        self._spawn(job, lease)
         await self.after_commit(pending)
         return job_id
 
@@ -223,7 +242,7 @@ class JobManager:
             job.terminated = True
             job.attached = False
         job.wake.fire()
-        if job.webhook is not None and not job.drainer:
+        if job.webhook is not None and not job.drainer and not job.remote:
             self._spawn(job)
         self._forget_if_done(job)
 
@@ -354,7 +373,11 @@ class JobManager:
         jobs = list(self._active.values())
         now = self.clock_ms()
         heads = [j.head_ms for j in jobs if j.head_ms is not None]
+        shared: dict[str, Any] = {}
+        if self.cluster is not None and self.cluster.multi:
+            shared = {"cluster": await self.cluster_status(self.cluster)}
         return {
+            **shared,
             "store": self.jobs_cfg.store,
             "jobs_active": len(jobs),
             "jobs_running": sum(1 for j in jobs if not j.terminated),
@@ -370,6 +393,22 @@ class JobManager:
             },
         }
 
+    async def cluster_status(self, cluster: Cluster, top: int = 20) -> dict[str, Any]:
+        """Every instance's view of the shared store: drainers per instance, the backlog, and
+        the `top` jobs with the biggest backlog with the instance draining each (None: nobody
+        yet; a scan takes it within a second)."""
+        scan = await self.store.read(functools.partial(_scan, instance=cluster.instance))
+        biggest = sorted(scan.backlog, key=lambda j: (-scan.backlog[j], j))[:top]
+        return {
+            "drainers": spread.per_instance(scan.holders.values()),
+            "backlog_events": sum(scan.backlog.values()),
+            "backlog_jobs": len(scan.backlog),
+            "jobs": [
+                {"job": j, "backlog": scan.backlog[j], "instance": scan.holders.get(j)}
+                for j in biggest
+            ],
+        }
+
     # -- components ------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -380,6 +419,11 @@ class JobManager:
             stack.callback(self._stopped)
             self._stopping = False
             found = await self.store.read(jobstore.resumable)
+            leases: dict[str, Lease] = {}
+            if self.cluster is not None and found:
+                names = [jobstore.stream_name(r.id) for r, _ in found]
+                leases = {lease.name: lease for lease in await self.cluster.try_acquire(names)}
+                found = [(r, n) for r, n in found if jobstore.stream_name(r.id) in leases]
             for record, pending in found:
                 if record.id not in self._active:
                     self._active[record.id] = self._state_from(record, pending)
@@ -388,7 +432,12 @@ class JobManager:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 for job in list(self._active.values()):
-                    self._spawn(job)
+                    self._spawn(job, leases.pop(job.stream, None))
+                for lease in leases.values():
+                    await self.cluster.release(lease)  # type: ignore[union-attr]
+                if self.cluster is not None:
+                    # Also on SQLite: a drainer whose lease ran out (a stalled loop) restarts.
+                    nursery.start_soon(self._scan_loop, self.cluster)
                 task_status.started()
                 await self.deliverer.close_idle_clients()
 
@@ -401,19 +450,33 @@ class JobManager:
     async def run_cleanup(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Delete expired finished jobs (and their rows, errors and events) periodically."""
+        """Delete expired finished jobs (and their rows, errors and events) periodically; in
+        cluster mode on one instance at a time (the lease `jobs:expiry`), while every instance
+        retries saving its own unsaved final statuses."""
         task_status.started()
+        if self.cluster is None:
+            await self._cleanup_loop(None)
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._cleanup_loop, None, True)
+            await self.cluster.run_owned(EXPIRY_LEASE, self._cleanup_loop)
+
+    async def _cleanup_loop(self, lease: Lease | None, unsaved_only: bool = False) -> None:
         while True:
             try:
-                await self.cleanup_once()
+                if unsaved_only:
+                    await self._save_unsaved()
+                else:
+                    await self.cleanup_once(lease)
             except DB_ERRORS as exc:
                 log.error(
                     "jobs cleanup failed; retrying later", error=f"{type(exc).__name__}: {exc}"
                 )
             await trio.sleep(max(1.0, min(60.0, self.jobs_cfg.ttl / 10)))
 
-    async def cleanup_once(self) -> int:
-        """One cleanup pass; returns the number of jobs deleted."""
+    async def cleanup_once(self, lease: Lease | None = None) -> int:
+        """One cleanup pass; returns the number of jobs deleted. With `lease` (cluster mode)
+        each delete checks it, and the finished job's drainer lease row goes with the job."""
         await self._save_unsaved()
         now = self.clock_ms()
         removed = 0
@@ -423,7 +486,7 @@ class JobManager:
             if i not in self._active
         ]:
             for job_id in ids:
-                step = functools.partial(jobstore.delete_job, job_id=job_id, chunk=DELETE_CHUNK)
+                step = functools.partial(_delete_step, job_id=job_id, lease=lease)
                 while not await self.store.write(step):
                     pass
                 removed += 1
@@ -553,27 +616,48 @@ class JobManager:
             pending=pending,
         )
 
-    def _spawn(self, job: JobState) -> None:
+    def _spawn(self, job: JobState, lease: Lease | None = None) -> None:
+        """Start the job's drainer (in cluster mode under `lease`, or after trying for it)."""
         if job.webhook is None or job.drainer:
             return
         if self._nursery is None:
             return  # `run` starts it
         job.drainer = True
+        job.remote = False
         job.done = trio.Event()
-        self._nursery.start_soon(self._drain, job)
+        self._nursery.start_soon(self._drain, job, lease)
 
-    async def _drain(self, job: JobState) -> None:
-        drainer = JobDrainer(job, self.deliverer, self.store, self.clock_ms)
-
-        async def body(*, task_status: trio.TaskStatus[None]) -> None:
-            task_status.started()
-            await drainer.run()
-
+    async def _drain(self, job: JobState, lease: Lease | None) -> None:
+        cluster = self.cluster
         try:
-            await supervise(ComponentState(f"webhook:{job.id}"), body, max_restarts=5, window=60.0)
-            job.drained = True
-        except GaveUp:
-            log.critical("webhook drainer gave up; the job resumes after a restart", job=job.id)
+            if cluster is not None and lease is None:
+                try:
+                    taken = await cluster.try_acquire([job.stream])
+                except DB_ERRORS as exc:
+                    log.warning("could not take a drainer lease", job=job.id, error=str(exc))
+                    taken = []
+                if not taken:
+                    job.remote = True  # the scan tries again while it has events to deliver
+                    return
+                [lease] = taken
+            if lease is None:
+                await self._supervised(JobDrainer(job, self.deliverer, self.store, self.clock_ms))
+                return
+            drainer = JobDrainer(
+                job,
+                self.deliverer,
+                self.store,
+                self.clock_ms,
+                lease=lease,
+                poll_s=cluster_rules.poll_every_s(cluster.lease_s) if cluster.multi else None,  # type: ignore[union-attr]
+            )
+            try:
+                with lease.scope:
+                    await self._supervised(drainer)
+            finally:
+                if not job.drained:
+                    job.remote = True  # the scan takes it again once the lease is free
+                await cluster.release(lease)  # type: ignore[union-attr]
         except StoreClosed:
             pass
         finally:
@@ -581,9 +665,67 @@ class JobManager:
             job.done.set()
             self._forget_if_done(job)
 
+    async def _supervised(self, drainer: JobDrainer) -> None:
+        job = drainer.job
+        lost = False
+
+        async def body(*, task_status: trio.TaskStatus[None]) -> None:
+            nonlocal lost
+            task_status.started()
+            try:
+                await drainer.run()
+            except LeaseLost:
+                lost = True
+                log.warning("webhook drainer lease lost; another instance continues", job=job.id)
+
+        try:
+            await supervise(ComponentState(f"webhook:{job.id}"), body, max_restarts=5, window=60.0)
+            job.drained = not lost
+        except GaveUp:
+            log.critical("webhook drainer gave up; the job resumes after a restart", job=job.id)
+
+    async def _scan_loop(self, cluster: Cluster) -> None:
+        while True:
+            await trio.sleep(cluster_rules.poll_every_s(cluster.lease_s))
+            try:
+                await self.scan_once(cluster)
+            except DB_ERRORS as exc:
+                log.warning("webhook drainer scan failed", error=f"{type(exc).__name__}: {exc}")
+
+    async def scan_once(self, cluster: Cluster) -> list[str]:
+        """Take the drainer leases of jobs with undelivered events nobody drains (up to this
+        instance's fair share) and start their drainers; returns the job ids taken."""
+
+        scan = await self.store.read(functools.partial(_scan, instance=cluster.instance))
+        running = [j.id for j in self._active.values() if j.drainer]
+        wanted = spread.to_take(
+            spread.free_jobs(scan.backlog, scan.held, running),
+            scan.held_here,
+            len(scan.backlog),
+            scan.members,
+        )
+        if not wanted:
+            return []
+        leases = await cluster.try_acquire([jobstore.stream_name(j) for j in wanted])
+        if not leases:
+            return []
+        ids = [lease.name[len(jobstore.STREAM_PREFIX) :] for lease in leases]
+        records = await self.store.read(lambda c: [jobstore.get_job(c, i) for i in ids])
+        for lease, record in zip(leases, records, strict=True):
+            job = self._active.get(record.id) if record is not None else None
+            if record is None or record.webhook is None or (job is not None and job.drainer):
+                await cluster.release(lease)
+                continue
+            if job is None:
+                job = self._active[record.id] = self._state_from(record, scan.backlog[record.id])
+            log.info("taking over a job's webhook delivery", job=record.id)
+            self._spawn(job, lease)
+        return ids
+
     def _forget_if_done(self, job: JobState) -> None:
         done = job.terminated and not job.attached and not job.drainer
-        if done and (job.webhook is None or job.drained) and self._active.get(job.id) is job:
+        ended = job.webhook is None or job.drained or job.remote
+        if done and ended and self._active.get(job.id) is job:
             del self._active[job.id]
 
     async def _save_unsaved(self) -> None:
@@ -600,6 +742,50 @@ class JobManager:
                 continue
             del self._unsaved[job_id]
             log.info("final job status saved", job=job_id, status=unsaved.status)
+
+
+class _Scan(msgspec.Struct, frozen=True):
+    backlog: dict[str, int]
+    """Job id → events after its cursor."""
+    held: list[str]
+    """Jobs whose drainer lease is held now (by any instance)."""
+    held_here: int
+    """Of those, how many this instance holds."""
+    members: int
+    """Live instances."""
+    holders: dict[str, str]
+    """Job id → instance draining it."""
+
+
+def _scan(conn: Conn, instance: str) -> _Scan:
+    """One read: the jobs with a backlog, who drains what, how many instances are alive."""
+    prefix = jobstore.STREAM_PREFIX
+    holders = {
+        row["name"][len(prefix) :]: row["holder"]
+        for row in cluster_store.leases(conn, prefix)
+        if row["held"]
+    }
+    members = sum(
+        1 for m in cluster_store.members(conn) if cluster_rules.alive(m["expires_ms"], m["now_ms"])
+    )
+    return _Scan(
+        backlog=jobstore.undelivered(conn),
+        held=list(holders),
+        held_here=sum(1 for h in holders.values() if h == instance),
+        members=members,
+        holders=holders,
+    )
+
+
+def _delete_step(conn: Conn, job_id: str, lease: Lease | None) -> bool:
+    """One transaction of deleting an expired job (checking the expiry lease); the job's
+    drainer lease row goes with the job."""
+    if lease is not None:
+        lease.check(conn)
+    done = jobstore.delete_job(conn, job_id, DELETE_CHUNK)
+    if done:
+        cluster_store.drop_leases(conn, jobstore.stream_name(job_id))
+    return done
 
 
 def _new_item(

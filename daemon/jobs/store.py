@@ -77,9 +77,13 @@ _COLUMNS = (
 )
 
 
+STREAM_PREFIX = "webhook:"
+
+
 def stream_name(job_id: str) -> str:
-    """The outbox stream holding a job's webhook events."""
-    return f"webhook:{job_id}"
+    """The outbox stream holding a job's webhook events (and, in cluster mode, the name of the
+    lease its drainer runs under)."""
+    return f"{STREAM_PREFIX}{job_id}"
 
 
 def decode_webhook(raw: bytes | None) -> WebhookFields | None:
@@ -387,6 +391,23 @@ def resumable(conn: Conn) -> list[tuple[JobRecord, int]]:
     return found
 
 
+def undelivered(conn: Conn) -> dict[str, int]:
+    """Job id → events after its cursor, for every job stream with any (what a drainer must
+    deliver; O(1) per stream, see outbox.backlog)."""
+    rows: list[Any] = conn.execute(
+        "SELECT stream, last_seq - ack_cursor FROM outbox_streams"
+        " WHERE stream >= ? AND stream < ? AND last_seq > ack_cursor ORDER BY stream",
+        (STREAM_PREFIX, STREAM_PREFIX + "\U0010ffff"),
+    ).fetchall()
+    return {stream[len(STREAM_PREFIX) :]: int(n) for stream, n in rows}
+
+
+def is_terminated(conn: Conn, job_id: str) -> bool:
+    """Whether the job's terminal event (or final status) is committed; True when it is gone."""
+    row = conn.execute("SELECT terminated FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    return row is None or bool(row[0])
+
+
 def expired(conn: Conn, now_ms: int, limit: int) -> list[str]:
     """Ids of finished jobs whose expiry has passed, oldest first.
 
@@ -429,3 +450,41 @@ def list_jobs(conn: Conn, limit: int, kind: str | None = None) -> list[JobRecord
             (kind, limit),
         ).fetchall()
     return [_record(row) for row in rows]
+
+
+class Delivery(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a job's webhook events stand, for the console: `last_seq` events queued in its
+    outbox stream, delivered or given up up to `cursor`, `pending` after it, `failed` events
+    given up after their retries (each a WEBHOOK_FAILED error), and the 410 Gone mark."""
+
+    cursor: int
+    last_seq: int
+    pending: int
+    failed: int
+    gone: GoneMark | None
+
+
+def deliveries(conn: Conn, job_ids: Sequence[str]) -> dict[str, Delivery]:
+    """The webhook delivery state of each of `job_ids` that has a webhook."""
+    found: dict[str, Delivery] = {}
+    for start in range(0, len(job_ids), 500):
+        chunk = list(job_ids[start : start + 500])
+        rows: list[Any] = conn.execute(
+            "SELECT j.id, coalesce(s.ack_cursor, 0), coalesce(s.last_seq, 0),"
+            " (SELECT count(*) FROM job_errors e WHERE e.job_id = j.id AND e.code = ?"
+            "   AND (g.error_id IS NULL OR e.id <> g.error_id)),"
+            " g.event_id, g.type, g.error_id, g.skipped"
+            " FROM jobs j LEFT JOIN outbox_streams s ON s.stream = 'webhook:' || j.id"
+            " LEFT JOIN webhook_gone g ON g.job_id = j.id"
+            f" WHERE j.webhook IS NOT NULL AND j.id IN ({', '.join('?' * len(chunk))})",
+            (WEBHOOK_FAILED, *chunk),
+        ).fetchall()
+        for job_id, cursor, last, failed, event_id, type_, error_id, skipped in rows:
+            gone = None
+            if event_id is not None:
+                gone = GoneMark(event_id=event_id, type=type_, error_id=error_id, skipped=skipped)
+            found[job_id] = Delivery(
+                cursor=cursor, last_seq=last, pending=max(0, last - cursor), failed=failed,
+                gone=gone,
+            )  # fmt: skip
+    return found

@@ -23,7 +23,9 @@ def install(daemon: Daemon) -> None:
     from daemon.api import tracker as tracker_api
 
     assert daemon.store is not None
-    service = TrackerService(daemon.config.tracker, daemon.store, clock=wall_ms)
+    service = TrackerService(
+        daemon.config.tracker, daemon.store, clock=wall_ms, cluster=daemon.cluster
+    )
     daemon.parts["tracker"] = service
 
     async def run_control(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:

@@ -11,6 +11,12 @@
 # wrapper). The server time of an answer is the relay's `serverTime`, else the midpoint of
 # request and response on our clock. An HTTP 412 (Bilibili's risk control) marks the proxy's
 # windows as spent, so the next requests go through another proxy or wait.
+#
+# In a cluster (`shared` store) a named proxy of kind http, socks5 or relay is one egress that
+# every instance listing it shares, so its windows live in the store and each request reserves
+# its slot there on the database's clock (limiter_store.reserve: one transaction, a few ms); the
+# in-memory limiter only mirrors them for /status. A `direct` proxy is this instance's own
+# address: its windows stay in memory, saved under this instance's name.
 from __future__ import annotations
 
 import random
@@ -88,8 +94,16 @@ class NetworkDelegate:
         http: httpx.AsyncClient | None = None,
         rng: random.Random | None = None,
         margin_ms: int = JITTER_MARGIN_MS,
+        shared: Store | None = None,
+        instance: str = "",
     ) -> None:
+        """`shared`: the store holding the windows of named proxies shared with other
+        instances (None: every window is this process's); `instance`: whose saved windows
+        are this process's (its `direct` proxies' in a cluster)."""
         self.clock = clock
+        self.shared = shared
+        self.prefix = f"{instance}/" if instance else ""
+        self._penalties: set[str] = set()
         self.margin_ms = margin_ms
         self.rng = rng or random.Random()
         self._own_shared = http is None
@@ -146,6 +160,31 @@ class NetworkDelegate:
         if found is not None:
             found.refused += 1
             found.limiter.exhaust(self.clock())
+            if self._is_shared(found):
+                self._penalties.add(proxy)  # the next reservation through it spends the store's
+
+    def _is_shared(self, proxy: _Proxy) -> bool:
+        return self.shared is not None and proxy.config.kind != "direct"
+
+    async def _reserve(self, proxy: _Proxy, bulk: bool) -> int | None:
+        """Reserve a request through `proxy`: None if granted, else how many ms from now until
+        it would conform."""
+        now = self.clock()
+        if not self._is_shared(proxy):
+            if proxy.limiter.try_acquire(now, bulk=bulk):
+                return None
+            return proxy.limiter.available_at(now, bulk=bulk) - now
+        assert self.shared is not None
+        name, windows = proxy.config.name, proxy.limiter.applicable(bulk)
+        exhaust = name in self._penalties
+        self._penalties.discard(name)
+        got = await self.shared.write(
+            lambda conn: limiter_store.reserve(
+                conn, name, windows, margin_ms=self.margin_ms, exhaust=exhaust
+            )
+        )
+        proxy.limiter.restore(got.tats_ms)
+        return None if got.granted else got.at_ms - got.now_ms
 
     def proxies_for(self, task: TaskKind) -> list[str]:
         return [name for name, p in self._proxies.items() if task in p.config.tasks]
@@ -160,12 +199,15 @@ class NetworkDelegate:
             if not candidates:
                 raise NoProxyAvailable(task)
             self.rng.shuffle(candidates)
-            now = self.clock()
+            waits = []
             for proxy in candidates:
-                if proxy.limiter.try_acquire(now, bulk=bulk):
+                wait_ms = await self._reserve(proxy, bulk)
+                if wait_ms is None:
                     return await self._send(proxy, url, task)
                 proxy.limited += 1
-            soonest = min(p.limiter.available_at(now, bulk=bulk) for p in candidates)
+                waits.append(wait_ms)
+            now = self.clock()
+            soonest = now + max(min(waits), 0)
             if soonest > deadline:
                 raise NoProxyAvailable(task, soonest - now)
             await sleep_until_ms(self.clock, soonest)
@@ -230,7 +272,7 @@ class NetworkDelegate:
     async def load_state(self, store: Store) -> None:
         """Restore the limiter state a clean shutdown stored; after a crash (or on a fresh
         database) every window stays conservative: as if its whole burst was just spent."""
-        state, clean = await store.write(limiter_store.take_state)
+        state, clean = await store.write(lambda conn: limiter_store.take_state(conn, self.prefix))
         if not clean:
             log.info("no clean limiter state stored; starting limits conservatively")
             for proxy in self._proxies.values():
@@ -240,10 +282,12 @@ class NetworkDelegate:
             proxy.limiter.restore({key: tat for (p, key), tat in state.items() if p == name})
 
     def state(self) -> limiter_store.State:
-        """Every window's TAT in epoch ms by (proxy, window key)."""
+        """Every window's TAT in epoch ms by (proxy, window key), of the proxies whose windows
+        are this process's (not those shared through the store)."""
         return {
             (name, key): tat
             for name, proxy in self._proxies.items()
+            if not self._is_shared(proxy)
             for key, tat in proxy.limiter.tats_ms().items()
         }
 
@@ -252,7 +296,9 @@ class NetworkDelegate:
         start may trust it (see `limiter_store`)."""
         state, now_ms = self.state(), self.clock()
         await store.write(
-            lambda conn: limiter_store.save_state(conn, state, clean=final, now_ms=now_ms)
+            lambda conn: limiter_store.save_state(
+                conn, state, clean=final, now_ms=now_ms, prefix=self.prefix
+            )
         )
 
     def status(self) -> list[dict[str, Any]]:
@@ -262,6 +308,7 @@ class NetworkDelegate:
             {
                 "name": name,
                 "kind": p.config.kind,
+                "limits_shared": self._is_shared(p),
                 "url": redact_url(p.config.url) if p.config.url else None,
                 "tasks": list(p.config.tasks),
                 "requests": p.requests,

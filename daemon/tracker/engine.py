@@ -9,6 +9,12 @@
 # leaves a processing row, which the next start turns back into a pending one (planned now), so
 # the schedule runs again and its snapshot is stored exactly once. Discovered aids wait in the
 # store's ingest queue and leave it in the transaction that stores their metadata.
+#
+# In a cluster every instance runs the ticks: a claim stamps the rows with this process's
+# claimant, and the transaction that stores a snapshot first finishes the schedule only if it
+# is still processing by that claimant (a process paused past its lease, whose rows another
+# instance took, stores nothing). The steps that run in one place (discovery, ingest, the
+# dispatchers, cleanup) run under a lease set in FENCE, and every write they make checks it.
 from __future__ import annotations
 
 import contextlib
@@ -16,8 +22,9 @@ import functools
 import random
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import trio
 
@@ -38,6 +45,9 @@ from daemon.tracker.classifier import Classifier
 from daemon.tracker.config import TrackerConfig
 from daemon.tracker.rules import MINUTE, SECOND
 
+if TYPE_CHECKING:
+    from daemon.cluster import Lease
+
 log = get_logger("tracker")
 T = TypeVar("T")
 
@@ -52,6 +62,11 @@ ROOM_WAIT_MAX_MS = 5 * SECOND
 """Discovery and ingest wait this long at most for a proxy to have room before giving up."""
 TICK_ROOM_WAIT_MAX_MS = SECOND
 """The ticks wait this long at most (then the spec's no_proxy retry delays apply)."""
+LOCAL_CLAIMANT = "local"
+"""The claimant of a tracker outside a cluster (tests): no member, so `prepare` recovers its
+rows as a dead process's."""
+FENCE: ContextVar[Lease | None] = ContextVar("tracker_fence", default=None)
+"""The lease a singleton step runs under (set by the service): its writes check it."""
 
 
 class Client(Protocol):
@@ -123,8 +138,11 @@ class Tracker:
         clock: EpochClock,
         rng: random.Random | None = None,
         classifier_errors: tuple[type[Exception], ...] = (),
+        claimant: str = LOCAL_CLAIMANT,
     ) -> None:
         self.config = config
+        self.claimant = claimant
+        """Stamped on the schedules this process claims (Cluster.claimant)."""
         self.classifier_errors = classifier_errors
         """What the classifier raises when it is down (the video is retried by the sweep)."""
         self.store = store
@@ -139,6 +157,19 @@ class Tracker:
         self.classify_send, self.classify_recv = trio.open_memory_channel[int](10_000)
 
     # ---- helpers ----------------------------------------------------------------------------
+
+    async def _write(self, fn: Callable[[Conn], T]) -> T:
+        """`store.write(fn)`, checking the lease of the singleton step running it (FENCE) in
+        the same transaction: LeaseLost rolls it back."""
+        lease = FENCE.get()
+        if lease is None:
+            return await self.store.write(fn)
+
+        def fenced(conn: Conn) -> T:
+            lease.check(conn)
+            return fn(conn)
+
+        return await self.store.write(fenced)
 
     @property
     def window_ms(self) -> int:
@@ -169,29 +200,44 @@ class Tracker:
     async def schedule(self, aid: int, type_: str, at_ms: int, force: bool = False) -> ts.Scheduled:
         """Plan a snapshot (see store.schedule_snapshot)."""
         now = self.clock()
-        return await self.store.write(lambda c: self._schedule(c, aid, type_, at_ms, now, force))
+        return await self._write(lambda c: self._schedule(c, aid, type_, at_ms, now, force))
 
     async def use_window(self) -> None:
         """Windows of the configured length from now on (recounted when it changed)."""
         size = self.window_ms
-        await self.store.write(lambda c: ts.set_window_ms(c, size))
+        await self._write(lambda c: ts.set_window_ms(c, size))
         self._window_stored = size
 
     async def prepare(self) -> int:
         """Before the ticks start: use the configured window length and turn schedules a dead
-        process left processing back into pending ones (planned now). Returns how many."""
+        process (or this one, before its ticks were switched off) left processing back into
+        pending ones (planned now). Returns how many."""
         now = self.clock()
         size = self.window_ms
 
         def tx(conn: Conn) -> int:
             ts.set_window_ms(conn, size)
-            return ts.recover_processing(conn, now)
+            return ts.recover_processing(conn, now, also=self.claimant)
 
-        recovered = await self.store.write(tx)
+        recovered = await self._write(tx)
         self._window_stored = size
         if recovered:
             log.warning("schedules left processing by a stopped process run again", count=recovered)
         return recovered
+
+    async def reclaim(self) -> int:
+        """Schedules claimed by processes that are no live member any more run again now (the
+        cluster's reclaim duty, every tick). Returns how many."""
+        now = self.clock()
+        recovered = await self._write(lambda c: ts.recover_processing(c, now))
+        if recovered:
+            log.warning("schedules claimed by a stopped instance run again", count=recovered)
+        return recovered
+
+    async def release_claims(self) -> int:
+        """Hand this process's processing schedules back (its ticks were stopped)."""
+        now = self.clock()
+        return await self._write(lambda c: ts.release_claims(c, self.claimant, now))
 
     async def _when_room(
         self, call: Callable[[], Awaitable[T]], max_wait_ms: int = ROOM_WAIT_MAX_MS
@@ -221,7 +267,7 @@ class Tracker:
                 )
                 aids = answer.value
                 now = self.clock()
-                queued = await self.store.write(
+                queued = await self._write(
                     lambda c, a=aids, n=now: ts.enqueue_ingest(c, a, "discovery", n)  # type: ignore[misc]
                 )
                 queued_total += len(queued)
@@ -250,7 +296,7 @@ class Tracker:
     async def track(self, aid: int) -> None:
         """Queue `aid` for ingest (POST /tracker/videos); AlreadyTracked if known."""
         now = self.clock()
-        queued = await self.store.write(lambda c: ts.enqueue_ingest(c, [aid], "api", now))
+        queued = await self._write(lambda c: ts.enqueue_ingest(c, [aid], "api", now))
         if not queued:
             raise AlreadyTracked(aid)
         self.ingest_wakeup.set()
@@ -272,7 +318,7 @@ class Tracker:
         except NoProxyAvailable as exc:
             metrics.no_proxy.labels(exc.task).inc()
             at = self.clock() + NO_PROXY_INGEST_RETRY_MS
-            await self.store.write(lambda c: ts.delay_ingest(c, aid, at))
+            await self._write(lambda c: ts.delay_ingest(c, aid, at))
             return
         except BiliError as exc:
             code, message = exc.code, str(exc)
@@ -280,10 +326,10 @@ class Tracker:
             now = self.clock()
             if exc.rate_limited:
                 retry = rules.ingest_retry(attempts + 1, now)
-                await self.store.write(lambda c: ts.ingest_failed(c, aid, message, retry))
+                await self._write(lambda c: ts.ingest_failed(c, aid, message, retry))
                 return
             log.info("video gone at ingest", aid=aid, code=code)
-            await self.store.write(lambda c: ts.store_gone_video(c, aid, code, now))
+            await self._write(lambda c: ts.store_gone_video(c, aid, code, now))
             return
         except UpstreamError as exc:
             message = str(exc)
@@ -291,10 +337,10 @@ class Tracker:
             retry = rules.ingest_retry(attempts + 1, self.clock())
             if retry is None:
                 log.warning("ingest gave up", aid=aid, attempts=attempts + 1, error=message)
-            await self.store.write(lambda c: ts.ingest_failed(c, aid, message, retry))
+            await self._write(lambda c: ts.ingest_failed(c, aid, message, retry))
             return
         detail, now = answer.value, self.clock()
-        await self.store.write(lambda c: ts.store_video(c, detail, answer.server_ms, now))
+        await self._write(lambda c: ts.store_video(c, detail, answer.server_ms, now))
         metrics.snapshots.labels("ingest").inc()
         self.stats.ingested += 1
         with contextlib.suppress(trio.WouldBlock):  # if full, the 5-min sweep picks it up
@@ -324,7 +370,7 @@ class Tracker:
                     self._schedule(conn, aid, "new", at, now, force=True)
             return added
 
-        added = await self.store.write(tx)
+        added = await self._write(tx)
         self.stats.classified += 1
         if added:
             self.stats.songs_added += 1
@@ -358,9 +404,9 @@ class Tracker:
             due = ts.due(conn, types, low, high, rules.SINGLE_LIMIT * 5)
             busy = ts.busy_aids(conn, [r[1] for r in due])
             picked = rules.pick_single(due, busy)
-            return ts.claim(conn, [r[0] for r in picked], now)
+            return ts.claim(conn, [r[0] for r in picked], now, claimant=self.claimant)
 
-        return await self.store.write(tx)
+        return await self._write(tx)
 
     async def run_single(self, row: ts.Due) -> str:
         """Take one claimed schedule's snapshot through /view; returns its final status."""
@@ -386,10 +432,10 @@ class Tracker:
             now = self.clock()
 
             def gone(conn: Conn) -> None:
-                ts.set_video_status(conn, aid, code)
-                ts.finish(conn, [sid], "bili_error", now, str(code))
+                if ts.finish(conn, [sid], "bili_error", now, str(code), claimant=self.claimant):
+                    ts.set_video_status(conn, aid, code)
 
-            await self.store.write(gone)
+            await self._write(gone)
             log.info("video gone", aid=aid, code=code)
             return "bili_error"
         except UpstreamError as exc:
@@ -399,12 +445,14 @@ class Tracker:
         stat, at_ms = answer.value, answer.server_ms
         now = self.clock()
 
-        def complete(conn: Conn) -> int | None:
-            """The milestone passed, if this snapshot crossed one (counted and logged once the
-            write committed: the store may run a job twice)."""
+        def complete(conn: Conn) -> tuple[bool, int | None]:
+            """Whether it was stored (not when the schedule is no longer this process's), and
+            the milestone passed if this snapshot crossed one (counted and logged once the write
+            committed: the store may run a job twice)."""
+            if not ts.finish(conn, [sid], "completed", now, claimant=self.claimant):
+                return False, None
             previous = ts.latest(conn, aid)
             ts.insert_snapshot(conn, aid, at_ms, stat)
-            ts.finish(conn, [sid], "completed", now)
             if type_ == "new":
                 published = ts.published_ms(conn, aid)
                 delay = (
@@ -416,17 +464,21 @@ class Tracker:
                     self._schedule(conn, aid, "new", now + delay, now)
             elif type_ == "milestone":
                 if previous is not None and rules.milestone_achieved(previous.views, stat.views):
-                    return rules.closest_milestone(previous.views)
+                    return True, rules.closest_milestone(previous.views)
                 eta = ts.eta_of(conn, aid, now)
                 if eta is None:
-                    return None
+                    return True, None
                 ts.upsert_eta(conn, aid, eta.table_hours, eta.speed, stat.views, now)
                 delay = rules.milestone_continuation_ms(eta.adjusted_hours)
                 if delay is not None:
                     self._schedule(conn, aid, "milestone", now + delay, now)
-            return None
+            return True, None
 
-        milestone = await self.store.write(complete)
+        stored, milestone = await self._write(complete)
+        if not stored:
+            metrics.stale_finishes.inc()
+            log.warning("schedule taken by another instance meanwhile: snapshot dropped", aid=aid)
+            return "stale"
         if milestone is not None:
             self.stats.milestones_hit += 1
             log.info("milestone reached", aid=aid, milestone=milestone, views=stat.views)
@@ -441,11 +493,12 @@ class Tracker:
         now = self.clock()
 
         def tx(conn: Conn) -> None:
-            ts.finish(conn, [sid], status, now, error[:500])
+            if not ts.finish(conn, [sid], status, now, error[:500], claimant=self.claimant):
+                return
             if retry_ms is not None:
                 self._schedule(conn, aid, type_, now + retry_ms, now)
 
-        await self.store.write(tx)
+        await self._write(tx)
 
     async def snapshot_tick(self, nursery: trio.Nursery) -> int:
         """One tick: claim due single schedules and start their snapshots (milestones first)."""
@@ -463,9 +516,9 @@ class Tracker:
 
         def tx(conn: Conn) -> list[ts.Due]:
             due = ts.due(conn, types, low, high, rules.BULK_LIMIT)
-            return ts.claim(conn, [r[0] for r in due], now)
+            return ts.claim(conn, [r[0] for r in due], now, claimant=self.claimant)
 
-        return await self.store.write(tx)
+        return await self._write(tx)
 
     def bulk_groups(self, rows: Sequence[ts.Due]) -> list[list[ts.Due]]:
         """Claimed rows in groups whose distinct aids fit one request (`bulk_size`)."""
@@ -511,10 +564,11 @@ class Tracker:
                 capacity=self.config.window_capacity,
                 rng=self.rng,
                 window=self._window_stored,
+                claimant=self.claimant,
             )
 
         by_type: dict[str, list[int]] = {}
-        for type_, lag in await self.store.write(complete):
+        for type_, lag in await self._write(complete):
             by_type.setdefault(type_, []).append(lag)
         for type_, lags in by_type.items():
             metrics.snapshots.labels(type_).inc(len(lags))
@@ -536,7 +590,7 @@ class Tracker:
             if not exc.video_gone:
                 return None
             code = exc.code
-            await self.store.write(lambda c: ts.set_video_status(c, aid, code))
+            await self._write(lambda c: ts.set_video_status(c, aid, code))
             log.info("video gone (missing from a bulk answer)", aid=aid, code=code)
             return code
         except (NoProxyAvailable, UpstreamError):
@@ -549,12 +603,18 @@ class Tracker:
         now = self.clock()
 
         def tx(conn: Conn) -> None:
-            ts.finish(conn, [r[0] for r in group], status, now, error[:500])
-            for _, aid, type_, _ in group:
+            held = set(
+                ts.finish(
+                    conn, [r[0] for r in group], status, now, error[:500], claimant=self.claimant
+                )
+            )
+            for sid, aid, type_, _ in group:
+                if sid not in held:
+                    continue
                 delay = retry_ms if retry_ms is not None else rules.bulk_no_proxy_retry_ms(self.rng)
                 self._schedule(conn, aid, type_, now + delay, now)
 
-        await self.store.write(tx)
+        await self._write(tx)
 
     async def bulk_tick(self, nursery: trio.Nursery, limiter: trio.CapacityLimiter) -> int:
         """One tick: claim due normal/archive schedules and start their bulk requests."""
@@ -586,7 +646,7 @@ class Tracker:
             def tx(conn: Conn, batch: list[int] = aids) -> int:
                 return sum(1 for aid in batch if plan(conn, aid))
 
-            planned += await self.store.write(tx)
+            planned += await self._write(tx)
             after = aids[-1]
 
     async def dispatch_regular(self) -> int:
@@ -630,7 +690,7 @@ class Tracker:
                         count += 1
                 return count
 
-            planned += await self.store.write(tx)
+            planned += await self._write(tx)
         return planned
 
     async def dispatch_archive(self) -> int:
@@ -661,7 +721,7 @@ class Tracker:
             ts.drop_empty_windows(conn, rules.window_of(now, size))
             return deleted
 
-        deleted = await self.store.write(tx)
+        deleted = await self._write(tx)
         if deleted:
             log.info("cleanup deleted overdue schedules", count=deleted)
         return deleted

@@ -21,6 +21,12 @@ schedule_lag = Histogram(
     buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300),
     registry=REGISTRY,
 )
+stale_finishes = Counter(
+    "crawld_tracker_stale_finishes",
+    "Snapshots dropped because their schedule was reclaimed by another instance meanwhile (this"
+    " process was paused past its lease)",
+    registry=REGISTRY,
+)
 upstream_errors = Counter(
     "crawld_tracker_upstream_errors",
     "Bilibili answers with code != 0 (by code) and failed requests (code=network)",

@@ -47,12 +47,13 @@ class ProxyLimiter:
             key: conservative_tat(now, window) for key, window in self.windows.items()
         }
 
-    def _applicable(self, bulk: bool) -> list[tuple[str, Window]]:
+    def applicable(self, bulk: bool) -> list[tuple[str, Window]]:
+        """(key, window) a request must conform to."""
         return self.common + self.bulk if bulk else self.common
 
     def try_acquire(self, now: int, *, bulk: bool) -> bool:
         """Reserve one request at `now` in every applicable window, or nothing and False."""
-        windows = self._applicable(bulk)
+        windows = self.applicable(bulk)
         reserved = reserve_all(
             [self.tats[key] for key, _ in windows], now, [w for _, w in windows], self.margin_ms
         )
@@ -64,7 +65,7 @@ class ProxyLimiter:
 
     def available_at(self, now: int, *, bulk: bool) -> int:
         """The first ms >= now when a request would be allowed."""
-        windows = self._applicable(bulk)
+        windows = self.applicable(bulk)
         return earliest_conforming(
             [self.tats[key] for key, _ in windows], now, [w for _, w in windows], self.margin_ms
         )

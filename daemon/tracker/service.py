@@ -4,16 +4,22 @@
 # ticks; tests run them directly under autojump_clock against the simulator.
 #
 # `[tracker] enabled` can flip on SIGHUP. Every loop therefore runs behind a gate: while the
-# tracker is off the loops wait; switching it off cancels whatever they were doing (a claimed
-# schedule simply stays processing and is recovered when it is switched on again, as after a
-# crash); switching it on first recovers processing rows and restores the limiter state, then
-# opens the gate. Intervals and proxies are read from the current config at each step, so a
-# reload changes them without restarting anything.
+# tracker is off the loops wait; switching it off cancels whatever they were doing and hands the
+# schedules this process had claimed back to pending (if that write fails they are recovered when
+# it is switched on again, as after a crash); switching it on first recovers processing rows and
+# restores the limiter state, then opens the gate. Intervals and proxies are read from the
+# current config at each step, so a reload changes them without restarting anything.
+#
+# In a cluster (daemon/cluster/) every instance runs the two ticks, which claim schedules row by
+# row, and the classification of what it ingested itself; the rest runs in one place at a time,
+# each loop under its own lease (`tracker:<loop>`), with FENCE set so its writes check the lease:
+# discovery, ingest, the classification sweep, the dispatchers, cleanup, and the reclaim duty
+# that hands the schedules of instances that stopped heartbeating back to pending every second.
 from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import trio
@@ -27,8 +33,11 @@ from daemon.tracker.bilibili import BiliClient
 from daemon.tracker.classifier import ClassifierUnavailable, make_classifier
 from daemon.tracker.config import TrackerConfig
 from daemon.tracker.delegate import NetworkDelegate
-from daemon.tracker.engine import BULK_CONCURRENCY, Tracker
+from daemon.tracker.engine import BULK_CONCURRENCY, FENCE, LOCAL_CLAIMANT, Tracker
 from daemon.tracker.rules import HOUR, MINUTE, SECOND
+
+if TYPE_CHECKING:
+    from daemon.cluster import Cluster, Lease
 
 log = get_logger("tracker")
 
@@ -38,6 +47,7 @@ ARCHIVE_EVERY_MS = 2 * HOUR
 CLEANUP_EVERY_MS = 2 * MINUTE
 LIMITER_SAVE_EVERY_MS = 30 * SECOND
 INGEST_IDLE_MS = 5 * SECOND
+RECLAIM_EVERY_MS = SECOND
 
 
 class Gate:
@@ -84,14 +94,25 @@ class TrackerService:
         clock: EpochClock,
         http: httpx.AsyncClient | None = None,
         rng: random.Random | None = None,
+        cluster: Cluster | None = None,
     ) -> None:
+        """Without `cluster` every loop runs here (one process, tests); with one, see the
+        module comment (and the delegate shares the limits of named proxies through the store
+        when others may share it)."""
         self.config = config
         self.store = store
         self.clock = clock
         self.http = http
         self.rng = rng or random.Random()
+        self.cluster = cluster
+        shared = cluster is not None and cluster.multi
         self.delegate = NetworkDelegate(
-            config.effective_proxies(), clock=clock, http=http, rng=self.rng
+            config.effective_proxies(),
+            clock=clock,
+            http=http,
+            rng=self.rng,
+            shared=store if shared else None,
+            instance=cluster.instance if shared and cluster is not None else "",
         )
         self.tracker = Tracker(
             config,
@@ -101,6 +122,7 @@ class TrackerService:
             clock=clock,
             rng=self.rng,
             classifier_errors=(ClassifierUnavailable,),
+            claimant=LOCAL_CLAIMANT if cluster is None else cluster.claimant,
         )
         self.gate = Gate()
         self._state_loaded = False
@@ -122,6 +144,7 @@ class TrackerService:
         if not self.gate.open:
             return
         self.gate.set(False)
+        await self.tracker.release_claims()
         await self.delegate.save_state(self.store)
         log.info("tracker disabled: its tasks stopped")
 
@@ -166,14 +189,36 @@ class TrackerService:
                 next_at = now + period - (now - next_at) % period
             await sleep_until_ms(self.clock, next_at)
 
+    async def _owned(self, name: str, loop: Callable[[], Awaitable[None]]) -> None:
+        """Run `loop` here, or in a cluster whenever this process holds `tracker:<name>`
+        (its writes check the lease; see the module comment)."""
+        if self.cluster is None:
+            await loop()
+            return
+
+        async def under(lease: Lease) -> None:
+            token = FENCE.set(lease)
+            try:
+                await loop()
+            finally:
+                FENCE.reset(token)
+
+        await self.cluster.run_owned(f"tracker:{name}", under)
+
     async def run_discovery(self) -> None:
-        await self._every(
+        await self._owned(
             "discovery",
-            lambda: int(self.config.discovery_interval * 1000),
-            self.tracker.discovery_pass,
+            lambda: self._every(
+                "discovery",
+                lambda: int(self.config.discovery_interval * 1000),
+                self.tracker.discovery_pass,
+            ),
         )
 
     async def run_ingest(self) -> None:
+        await self._owned("ingest", self._ingest_loop)
+
+    async def _ingest_loop(self) -> None:
         while True:
             handled = await self.tracker.ingest_pass()
             if handled:
@@ -189,10 +234,11 @@ class TrackerService:
     async def run_classify(self) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(
-                self._every,
-                "classify_sweep",
-                lambda: rules.CLASSIFY_RETRY_MS,
-                self.tracker.classify_sweep,
+                self._owned,
+                "classify-sweep",
+                lambda: self._every(
+                    "classify_sweep", lambda: rules.CLASSIFY_RETRY_MS, self.tracker.classify_sweep
+                ),
             )
             async for aid in self.tracker.classify_recv:
                 await self.tracker.classify_one(aid)
@@ -214,17 +260,27 @@ class TrackerService:
 
             await self._every("bulk_tick", lambda: int(self.config.bulk_tick * 1000), tick)
 
+    async def _duty(self, name: str, every_ms: int, step: Callable[[], Awaitable[Any]]) -> None:
+        await self._owned(name, lambda: self._every(name, lambda: every_ms, step))
+
     async def run_regular(self) -> None:
-        await self._every("regular", lambda: REGULAR_EVERY_MS, self.tracker.dispatch_regular)
+        await self._duty("regular", REGULAR_EVERY_MS, self.tracker.dispatch_regular)
 
     async def run_milestone(self) -> None:
-        await self._every("milestone", lambda: MILESTONE_EVERY_MS, self.tracker.dispatch_milestone)
+        await self._duty("milestone", MILESTONE_EVERY_MS, self.tracker.dispatch_milestone)
 
     async def run_archive(self) -> None:
-        await self._every("archive", lambda: ARCHIVE_EVERY_MS, self.tracker.dispatch_archive)
+        await self._duty("archive", ARCHIVE_EVERY_MS, self.tracker.dispatch_archive)
 
     async def run_cleanup(self) -> None:
-        await self._every("cleanup", lambda: CLEANUP_EVERY_MS, self.tracker.cleanup)
+        await self._duty("cleanup", CLEANUP_EVERY_MS, self.tracker.cleanup)
+
+    async def run_reclaim(self) -> None:
+        """In a cluster: schedules of instances that stopped heartbeating run again (without
+        one, `prepare` did it at start and nobody else claims)."""
+        if self.cluster is None:
+            return
+        await self._duty("reclaim", RECLAIM_EVERY_MS, self.tracker.reclaim)
 
     async def run_limiter_state(self) -> None:
         async def save() -> None:
@@ -248,6 +304,7 @@ class TrackerService:
             "tracker-milestone": self.run_milestone,
             "tracker-archive": self.run_archive,
             "tracker-cleanup": self.run_cleanup,
+            "tracker-reclaim": self.run_reclaim,
             "tracker-limiter-state": self.run_limiter_state,
         }
 
@@ -262,7 +319,7 @@ class TrackerService:
     async def status(self) -> dict[str, Any]:
         """The `tracker` section of /status."""
         stats = self.tracker.stats
-        totals = await self.store.read(ts.totals)
+        totals, claims = await self.store.read(lambda c: (ts.totals(c), ts.claims(c)))
         overview = await self.tracker.schedules_overview(windows=3)
         return {
             "enabled": self.gate.open,
@@ -282,6 +339,8 @@ class TrackerService:
             "songs_added": stats.songs_added,
             "milestones_hit": stats.milestones_hit,
             "schedules": overview["counts"],
+            "claimant": self.tracker.claimant,
+            "processing_by_claimant": claims,
             "lag": overview["lag"],
             "last_runs_ms": dict(stats.last_runs),
             "proxies": self.delegate.status(),

@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from daemon.cluster import LIVE_CLAIMANTS
 from daemon.store import Conn, one
 from daemon.tracker import rules
 from daemon.tracker.bilibili import Stat, VideoDetail
@@ -214,43 +215,76 @@ def busy_aids(conn: Conn, aids: Iterable[int]) -> set[int]:
     return busy
 
 
-def claim(conn: Conn, ids: Sequence[int], now_ms: int) -> list[Due]:
-    """Mark pending schedules processing (by schedule id); returns the rows it claimed."""
+def claim(conn: Conn, ids: Sequence[int], now_ms: int, *, claimant: str) -> list[Due]:
+    """Mark pending schedules processing by `claimant` (by schedule id); returns the rows it
+    claimed. Each row is claimed by one conditional UPDATE: on PostgreSQL a row another
+    transaction claimed meanwhile is re-read after its commit and no longer pending, so two
+    instances picking the same due rows claim disjoint sets (never one row twice)."""
     if not ids:
         return []
     rows = conn.executemany(
-        "UPDATE tracker_schedules SET status = 'processing', started_ms = ?"
+        "UPDATE tracker_schedules SET status = 'processing', started_ms = ?, claimant = ?"
         " WHERE id = ? AND status = 'pending' RETURNING id, aid, type, planned_ms",
-        [(now_ms, sid) for sid in ids],
+        [(now_ms, claimant, sid) for sid in ids],
     )
     return [(sid, aid, type_, planned) for sid, aid, type_, planned in rows]
 
 
 def finish(
-    conn: Conn, ids: Sequence[int], status: str, now_ms: int, error: str | None = None
-) -> int:
-    """Give processing schedules their final status; returns how many were still processing
-    (a row deleted by cleanup meanwhile is not recreated)."""
+    conn: Conn,
+    ids: Sequence[int],
+    status: str,
+    now_ms: int,
+    error: str | None = None,
+    *,
+    claimant: str,
+) -> list[int]:
+    """Give schedules still processing by `claimant` their final status; returns the ids that
+    were (one reclaimed by another instance, or deleted by cleanup meanwhile, is left alone:
+    the caller stores nothing for it)."""
     if status not in rules.SCHEDULE_STATUSES or status in rules.ACTIVE_STATUSES:
         raise ValueError(f"{status!r} is not a final schedule status")
     if not ids:
-        return 0
+        return []
     changed = conn.executemany(
         "UPDATE tracker_schedules SET status = ?, finished_ms = ?, error = ?"
-        " WHERE id = ? AND status = 'processing' RETURNING id",
-        [(status, now_ms, error, sid) for sid in ids],
+        " WHERE id = ? AND status = 'processing' AND claimant = ? RETURNING id",
+        [(status, now_ms, error, sid, claimant) for sid in ids],
     )
-    return len(changed.fetchall())
+    return [r[0] for r in changed]
 
 
-def recover_processing(conn: Conn, now_ms: int) -> int:
-    """At start: schedules a dead process left processing run again now (pending)."""
+def recover_processing(conn: Conn, now_ms: int, also: str | None = None) -> int:
+    """Schedules processing by a claimant that is no live member (a dead or paused process),
+    and those of `also` (this process, when it stopped its own ticks), run again now
+    (pending)."""
     conn.execute(
-        "UPDATE tracker_schedules SET status = 'pending', started_ms = NULL, planned_ms = ?"
-        " WHERE status = 'processing'",
-        (now_ms,),
+        "UPDATE tracker_schedules SET status = 'pending', started_ms = NULL, claimant = NULL,"
+        " planned_ms = ? WHERE status = 'processing' AND (claimant IS NULL OR claimant = ?"
+        f" OR claimant NOT IN {LIVE_CLAIMANTS})",
+        (now_ms, also),
     )
     return conn.changes()
+
+
+def release_claims(conn: Conn, claimant: str, now_ms: int) -> int:
+    """This process's processing schedules back to pending, planned now (its ticks stopped)."""
+    conn.execute(
+        "UPDATE tracker_schedules SET status = 'pending', started_ms = NULL, claimant = NULL,"
+        " planned_ms = ? WHERE status = 'processing' AND claimant = ?",
+        (now_ms, claimant),
+    )
+    return conn.changes()
+
+
+def claims(conn: Conn) -> dict[str, int]:
+    """Processing schedules by claimant (what /status shows per instance)."""
+    rows = _all(
+        conn,
+        "SELECT coalesce(claimant, ''), count(*) FROM tracker_schedules"
+        " INDEXED BY tracker_schedules_processing WHERE status = 'processing' GROUP BY 1",
+    )
+    return {c: n for c, n in rows}
 
 
 def cleanup(conn: Conn, before_ms: int) -> int:
@@ -421,18 +455,33 @@ def complete_bulk(
     capacity: int,
     rng: random.Random,
     window: int | None = None,
+    claimant: str,
 ) -> list[tuple[str, int]]:
-    """Store one bulk answer (taken at `at_ms`) for a group of claimed schedules, in the
-    caller's transaction: per schedule the snapshot, the ETA row (from the previous snapshot),
-    the schedule completed, and, unless it is an archive one, the next normal schedule at the
-    regular interval placed in the first window with room (schedule_snapshot's rules; an aid
-    with an active normal schedule keeps it). A schedule whose aid is missing from `stats`
-    fails. Returns (type, lag ms) of each completed schedule.
+    """Store one bulk answer (taken at `at_ms`) for a group of schedules claimed by `claimant`,
+    in the caller's transaction: per schedule still processing by it, the snapshot, the ETA
+    row (from the previous snapshot), the schedule completed, and, unless it is an archive
+    one, the next normal schedule at the regular interval placed in the first window with room
+    (schedule_snapshot's rules; an aid with an active normal schedule keeps it). A schedule
+    whose aid is missing from `stats` fails. Returns (type, lag ms) of each completed schedule.
 
     The work is set-based: one statement (or one executemany) per kind for the whole group, the
     per-row decisions made in Python over what those reads returned, in group order, exactly as
-    if each schedule were completed by itself one after the other."""
-    aids = list(dict.fromkeys(aid for _, aid, _, _ in group if aid in stats))
+    if each schedule were completed by itself one after the other. A schedule no longer
+    processing by `claimant` (reclaimed from a process that was paused too long) is skipped:
+    its snapshot is another claimant's to store."""
+    held = set(
+        finish(
+            conn,
+            [sid for sid, aid, _, _ in group if aid in stats],
+            "completed",
+            now_ms,
+            claimant=claimant,
+        )
+    )
+    failed = [sid for sid, aid, _, _ in group if aid not in stats]
+    finish(conn, failed, "failed", now_ms, "missing from the bulk answer", claimant=claimant)
+    group = [row for row in group if row[0] in held]
+    aids = list(dict.fromkeys(aid for _, aid, _, _ in group))
     latest_of: dict[int, Snap] = {}
     stored: set[int] = set()
     if aids:
@@ -449,15 +498,10 @@ def complete_bulk(
         }
     snapshot_rows: list[tuple[int, ...]] = []
     eta_rows: list[tuple[Any, ...]] = []
-    completed: list[int] = []
-    failed: list[int] = []
     chain: list[tuple[int, Snap]] = []
     done: list[tuple[str, int]] = []
-    for sid, aid, type_, planned in group:
-        stat = stats.get(aid)
-        if stat is None:
-            failed.append(sid)
-            continue
+    for _, aid, type_, planned in group:
+        stat = stats[aid]
         previous = latest_of.get(aid)
         current = Snap(at_ms, stat.views)
         if aid not in stored:
@@ -468,7 +512,6 @@ def complete_bulk(
             eta = rules.bulk_eta(previous, current)
             if eta is not None:
                 eta_rows.append((aid, min(eta[0], 1e300), eta[1], stat.views, now_ms))
-        completed.append(sid)
         if type_ != "archive":
             newest = current if previous is None or current.at_ms >= previous.at_ms else previous
             chain.append((aid, newest))
@@ -477,8 +520,6 @@ def complete_bulk(
         conn.executemany(_SNAPSHOT_INSERT, snapshot_rows)
     if eta_rows:
         conn.executemany(_ETA_UPSERT, eta_rows)
-    finish(conn, completed, "completed", now_ms)
-    finish(conn, failed, "failed", now_ms, "missing from the bulk answer")
     if chain:
         _chain_normal(conn, chain, now_ms, capacity=capacity, rng=rng, window=window)
     return done

@@ -6,26 +6,32 @@
 #
 # The routes are Starlette routes in `daemon.pages` (behind the same edge, not in /openapi.json:
 # they are the console's, not the API's). They read the store through the areas' query functions.
+# One component, "console", reads the queue's stream every few seconds into the last hour's
+# per-minute history (daemon/ui/history.py), so the overview's chart needs no open page.
 from __future__ import annotations
 
 from importlib import resources
 from typing import Annotated, Any
 
 import msgspec
+import trio
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from daemon.api.app import json
 from daemon.api.edge import bearer_matches, parse_keys
-from daemon.api.errors import HTTPError, decode_query_int, read_json_body
+from daemon.api.errors import HTTPError, decode_query_int, error_response, read_json_body
 from daemon.clock import wall_ms
+from daemon.collector.queue import stream_name
 from daemon.config import resolve_secret
 from daemon.jobs import store as js
 from daemon.redact import redact_tree
 from daemon.runtime import Daemon
 from daemon.tracker import store as ts
 from daemon.ui import curve
+from daemon.ui.history import QueueHistory
+from daemon.ui.login_limit import LoginLimits
 from daemon.ui.sessions import Sessions, clear_cookie, cookie_value, set_cookie
 
 CSP = (
@@ -46,6 +52,8 @@ STATIC = {
     "index.html": "text/html; charset=utf-8",
 }
 MAX_AID = 2**62
+SAMPLE_S = 10.0
+"""How often the console component reads the queue's stream for the overview's history."""
 
 
 class LoginRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -71,14 +79,38 @@ def install(daemon: Daemon) -> None:
     keys = parse_keys(resolve_secret(http.api_key_env, "$.http.api_key_env"))
     secure = (http.public_url or "").lower().startswith("https://")
     sessions = Sessions()
+    history = QueueHistory()
     daemon.sessions = sessions
     daemon.parts["ui"] = sessions
-    daemon.pages.extend(routes(daemon, sessions, keys, secure, load_assets()))
+    daemon.parts["queue_history"] = history
+    limits = LoginLimits(trio.current_time)
+    daemon.pages.extend(routes(daemon, sessions, keys, secure, load_assets(), history, limits))
+
+    async def sample(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
+        await read_queue(daemon, history)
+        task_status.started()
+        while True:
+            await trio.sleep(SAMPLE_S)
+            await read_queue(daemon, history)
+
+    daemon.add_component("console", sample)
+
+
+async def read_queue(daemon: Daemon, history: QueueHistory) -> None:
+    """One reading of the configured queue's stream into `history`."""
+    if daemon.outbox is None:
+        return
+    state = await daemon.outbox.state(stream_name(daemon.config.broker.queue))
+    history.observe(wall_ms(), state.last_seq, state.ack_cursor)
+
+
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
 
 
 def routes(
     daemon: Daemon, sessions: Sessions, keys: tuple[bytes, ...], secure: bool,
-    assets: dict[str, bytes],
+    assets: dict[str, bytes], history: QueueHistory, limits: LoginLimits,
 ) -> list[Route]:  # fmt: skip
     def store() -> Any:
         if daemon.store is None:
@@ -108,7 +140,17 @@ def routes(
         body = await read_json_body(request, LoginRequest, empty_ok=False)
         if not keys:
             return secured(json({"auth_required": False, "logged_in": True, "csrf": None}))
+        address = client_address(request)
+        wait = limits.retry_after(address)
+        if wait:
+            if daemon.http_stats is not None:
+                daemon.http_stats.refuse("login_rate")
+            response = error_response(429, "too many wrong keys from this address; wait",
+                                      {"retry_after_s": wait})  # fmt: skip
+            response.headers["Retry-After"] = str(wait)
+            return secured(response)
         if not bearer_matches(f"Bearer {body.key}", keys):
+            limits.wrong_key(address)
             raise HTTPError(401, "the API key is not valid", {"field": "key"})
         sessions.drop(cookie_value(request.headers.get("cookie")))
         token, created = sessions.create()
@@ -127,15 +169,28 @@ def routes(
         kind = request.query_params.get("kind")
         if kind is not None and kind not in js.KINDS:
             raise HTTPError(400, "kind must be crawl or batch_scrape", {"kind": kind[:40]})
-        records = await store().read(lambda c: js.list_jobs(c, limit, kind))
+
+        def read(conn: Any) -> tuple[list[js.JobRecord], dict[str, js.Delivery]]:
+            records = js.list_jobs(conn, limit, kind)
+            return records, js.deliveries(conn, [r.id for r in records])
+
+        records, delivery = await store().read(read)
         items = [
             {"id": r.id, "kind": r.kind, "status": r.status, "completed": r.completed,
              "total": r.total, "created_ms": r.created_ms, "completed_ms": r.completed_ms,
              "webhook": r.webhook is not None, "source": redact_tree(r.source),
-             "error": r.error}
+             "error": r.error, "delivery": delivery.get(r.id)}
             for r in records
         ]  # fmt: skip
         return secured(json({"count": len(items), "jobs": items}))
+
+    async def queue(request: Request) -> Response:
+        await read_queue(daemon, history)
+        minutes = history.series(wall_ms())
+        published = sum(m["published"] or 0 for m in minutes)
+        body = {"queue": daemon.config.broker.queue, "minutes": minutes,
+                "published_last_hour": published}  # fmt: skip
+        return secured(json(body))
 
     async def videos(request: Request) -> Response:
         query = request.query_params.get("q", "")
@@ -183,6 +238,7 @@ def routes(
         Route("/ui/api/login", login, methods=["POST"]),
         Route("/ui/api/logout", logout, methods=["POST"]),
         Route("/ui/api/jobs", jobs, methods=["GET"]),
+        Route("/ui/api/queue", queue, methods=["GET"]),
         Route("/ui/api/videos", videos, methods=["GET"]),
         Route("/ui/api/videos/{aid}/curve", video_curve, methods=["GET"]),
     ]

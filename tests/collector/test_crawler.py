@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -63,10 +64,17 @@ class Env:
 @pytest.fixture
 async def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Env]:
     monkeypatch.setenv("SIM_PW", DEMO_PASSWORD)
+    async with open_store(tmp_path / "db") as store, sim_env(store) as opened:
+        yield opened
+
+
+@asynccontextmanager
+async def sim_env(store: Store) -> AsyncIterator[Env]:
+    """The simulator served on a free port, a client for it and `store` (SIM_PW must be set)."""
     sim = OctoparseSim(token_lifetime=3600)
     task_id = sim.add_task("jobs")
     stop = trio.Event()
-    async with trio.open_nursery() as nursery, open_store(tmp_path / "db") as store:
+    async with trio.open_nursery() as nursery:
         host, port = await nursery.start(
             lambda task_status: serve_sim(
                 sim, "127.0.0.1:0", shutdown=stop, task_status=task_status

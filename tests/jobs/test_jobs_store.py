@@ -175,6 +175,35 @@ async def test_resumable_lists_running_jobs_and_finished_ones_with_pending_event
     assert sorted((r.id, pending) for r, pending in found) == [("pending", 1), ("running", 0)]
 
 
+async def test_deliveries_give_cursor_pending_failed_and_gone(store: Store) -> None:
+    def setup(conn: apsw.Connection) -> None:
+        for job_id in ("sent", "stuck", "gone"):
+            create(conn, job_id)
+            stream = jobstore.stream_name(job_id)
+            items = [NewItem(f"k{i}", b"{}") for i in range(4)]
+            outbox.append(conn, stream, items, 0)
+        create(conn, "plain", webhook=None)
+        create(conn, "quiet")
+        outbox.ack(conn, jobstore.stream_name("sent"), 4)
+        outbox.ack(conn, jobstore.stream_name("stuck"), 1)
+        for _ in range(2):
+            jobstore.add_error(conn, "stuck", code="WEBHOOK_FAILED", error="x", url=None, at_ms=1)
+        jobstore.add_error(conn, "stuck", code="OTHER", error="y", url=None, at_ms=1)
+        jobstore.mark_gone(conn, "gone", event_id="gone:2", type_="crawl.page", url="u",
+                           at_ms=1, stream=jobstore.stream_name("gone"), seq=2)  # fmt: skip
+
+    await store.write(setup)
+    ids = ["sent", "stuck", "gone", "plain", "quiet", "nope"]
+    found = await store.read(lambda c: jobstore.deliveries(c, ids))
+    assert set(found) == {"sent", "stuck", "gone", "quiet"}
+    view = {k: (d.cursor, d.last_seq, d.pending, d.failed) for k, d in found.items()}
+    assert view == {"sent": (4, 4, 0, 0), "stuck": (1, 4, 3, 2), "gone": (4, 4, 0, 0),
+                    "quiet": (0, 0, 0, 0)}  # fmt: skip
+    gone = found["gone"].gone
+    assert gone is not None and (gone.event_id, gone.skipped) == ("gone:2", 2)
+    assert found["stuck"].gone is None
+
+
 async def test_expired_jobs_are_deleted_in_chunks_with_everything_they_own(store: Store) -> None:
     def setup(conn: apsw.Connection) -> None:
         create(conn, "old")

@@ -413,3 +413,32 @@ async def test_a_second_instance_of_one_name_on_a_schema_refuses_naming_the_firs
         again = await serve_daemon(nursery, path)
         again.request_stop()
         await again.stopped.wait()
+
+
+async def test_one_video_history_in_one_transaction_is_linear(pg_schema: tuple[str, str]) -> None:
+    """tracker_latest is kept once per statement (migration 0009): a row trigger updated the
+    video's row once per snapshot, which PostgreSQL makes quadratic in one transaction (~30 s
+    for these 60,000 rows, 0.5 s now)."""
+    rows = [(1, 1000 + i, i, 0, 0, 0, 0, 0, 0) for i in range(60_000)]
+    rows += [(2, 5000, 7, 0, 0, 0, 0, 0, 0), (2, 4000, 9, 0, 0, 0, 0, 0, 0)]
+
+    def write(conn: Any) -> None:
+        conn.executemany(
+            "INSERT INTO tracker_snapshots(aid, at_ms, views, danmakus, replies, likes, coins,"
+            " shares, favorites) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        conn.execute(
+            "INSERT INTO tracker_snapshots(aid, at_ms, views, danmakus, replies, likes, coins,"
+            " shares, favorites) VALUES (2, 3000, 1, 0, 0, 0, 0, 0, 0)"
+        )
+
+    async with open_store(pg_backend(*pg_schema)) as store:
+        started = time.monotonic()
+        await store.write(write)
+        assert time.monotonic() - started < 10
+        latest = await store.read(
+            lambda c: c.execute("SELECT aid, at_ms, views FROM tracker_latest ORDER BY aid")
+            .fetchall()
+        )  # fmt: skip
+    assert [tuple(r) for r in latest] == [(1, 60_999, 59_999), (2, 5000, 7)]

@@ -9,13 +9,14 @@ import pytest
 import trio
 
 from daemon.clock import trio_epoch_clock
+from daemon.cluster import Cluster, LeaseLost
 from daemon.config_types import Duration
 from daemon.store import Store
 from daemon.tracker import rules
 from daemon.tracker import store as ts
 from daemon.tracker.bilibili import BiliError, NoProxyAvailable, UpstreamError
 from daemon.tracker.config import TrackerConfig
-from daemon.tracker.engine import AlreadyTracked, Tracker
+from daemon.tracker.engine import FENCE, AlreadyTracked, Tracker
 from daemon.tracker.rules import MINUTE, SECOND
 from tests.tracker.fakes import ClassifierDown, FakeClassifier, FakeClient
 
@@ -272,6 +273,46 @@ async def test_crash_between_claim_and_complete(env: Env, autojump_clock: Any) -
     assert n == 2  # the first (ingest) and exactly one from the schedule
 
 
+async def test_a_schedule_taken_by_another_instance_meanwhile_stores_nothing(
+    env: Env, autojump_clock: Any
+) -> None:
+    env.client.add(1, lambda now: 10)
+    await env.tracker.discovery_pass()
+    await env.tracker.ingest_pass()
+    await env.tracker.schedule(1, "milestone", env.clock())
+    (row,) = await env.tracker.claim_single()
+    # paused past its lease: the reclaim duty gave the row back and another instance took it
+    await env.store.write(
+        lambda c: c.execute(
+            "UPDATE tracker_schedules SET claimant = 'other/1' WHERE id = ?", (row[0],)
+        )
+    )
+    assert await env.tracker.run_single(row) == "stale"
+    (n,) = (await env.q("SELECT count(*) FROM tracker_snapshots WHERE aid = 1"))[0]
+    assert n == 1  # the ingest one only
+    assert await env.schedules(1) == [("milestone", "processing")]
+
+
+async def test_a_singleton_step_whose_lease_was_taken_writes_nothing(
+    env: Env, autojump_clock: Any
+) -> None:
+    env.client.add(1, lambda now: 10)
+    cluster = Cluster(env.store, instance="a", lease_s=2.0, multi=False)
+    (lease,) = await cluster.try_acquire(["tracker:discovery"])
+    await env.store.write(  # another instance took it over
+        lambda c: c.execute("UPDATE cluster_leases SET holder = 'b', token = token + 1")
+    )
+    token = FENCE.set(lease)
+    try:
+        with pytest.raises(LeaseLost):
+            await env.tracker.discovery_pass()
+    finally:
+        FENCE.reset(token)
+    assert await env.q("SELECT aid FROM tracker_ingest") == []
+    await env.tracker.discovery_pass()  # not under a lease: queued
+    assert [tuple(r) for r in await env.q("SELECT aid FROM tracker_ingest")] == [(1,)]
+
+
 async def test_dispatchers_and_cleanup(env: Env, autojump_clock: Any) -> None:
     env.client.add(1, lambda now: 10 + (now - T0) // 60_000)
     env.client.add(2, lambda now: 5, title="vlog")
@@ -354,10 +395,10 @@ async def test_failed_completion_stores_nothing_and_is_recovered(
         await env.tracker.schedule(aid, "normal", env.clock())
     real_finish = ts.finish
 
-    def broken(conn: apsw.Connection, ids: Any, status: str, *args: Any) -> int:
+    def broken(conn: apsw.Connection, ids: Any, status: str, *args: Any, **kw: Any) -> list[int]:
         if status == "completed":
             raise apsw.IOError("disk I/O error")
-        return real_finish(conn, ids, status, *args)
+        return real_finish(conn, ids, status, *args, **kw)
 
     monkeypatch.setattr(ts, "finish", broken)
     failed = []

@@ -46,11 +46,13 @@ bulk_limits = [{{ requests = 20, per = "1s" }}]
 """
 
 
-async def seed(db: Path | PostgresBackend, sim: BilibiliSim, now: int) -> list[int]:
+async def seed(
+    db: Path | PostgresBackend, sim: BilibiliSim, now: int, songs: int = SONGS
+) -> list[int]:
     """Songs with one snapshot an hour old and a normal schedule due in the next seconds (what
     the regular dispatcher would have left), the same videos in the simulator."""
     aids = [sim.add_video(aid=500_000 + i, song=True, published_ms=now - 48 * HOUR,
-                          curve=Curve.linear(10, start=1000)) for i in range(SONGS)]  # fmt: skip
+                          curve=Curve.linear(10, start=1000)) for i in range(songs)]  # fmt: skip
 
     def fill(conn: Any) -> None:
         conn.execute("UPDATE tracker_settings SET window_ms = 5000")
@@ -110,6 +112,47 @@ async def read(db: Path | PostgresBackend, sql: str, *args: Any) -> list[Any]:
         store.close()
 
 
+async def wait_snapshotted(
+    db: Path | PostgresBackend, now: int, songs: int, timeout: float
+) -> None:
+    """Until each of `songs` seeded songs has a snapshot newer than `seed` left."""
+    with trio.fail_after(timeout):
+        while True:
+            done = await read(
+                db, "SELECT count(DISTINCT aid) FROM tracker_snapshots WHERE at_ms > ?", now - HOUR
+            )
+            if done[0][0] == songs:
+                return
+            await trio.sleep(0.2)
+
+
+async def assert_snapshotted_once(db: Path | PostgresBackend, now: int, aids: list[int]) -> None:
+    """What `seed` planned ran once: no seeded schedule was deleted (recovered ones keep their
+    id), each one completed or found no proxy and left a retry that completed, each song has
+    exactly one new snapshot and its next normal schedule."""
+    seeded = dict(
+        await read(
+            db,
+            "SELECT status, count(*) FROM tracker_schedules WHERE type = 'normal'"
+            " AND created_ms = ? GROUP BY 1",
+            now,
+        )
+    )
+    assert sum(seeded.values()) == len(aids) and set(seeded) <= {"completed", "no_proxy"}, seeded
+    per_aid = await read(
+        db,
+        "SELECT aid, count(*) FROM tracker_snapshots WHERE at_ms > ? GROUP BY aid",
+        now - HOUR,
+    )
+    assert sorted(a for a, _ in per_aid) == aids and {n for _, n in per_aid} == {1}
+    chained = await read(
+        db,
+        "SELECT count(DISTINCT aid) FROM tracker_schedules WHERE type = 'normal'"
+        " AND status = 'pending'",
+    )
+    assert chained[0][0] == len(aids)
+
+
 async def test_kill_during_bulk_tick_and_restart(
     tmp_path: Path, notify_socket: NotifySocket, deployment: Deployment
 ) -> None:
@@ -147,16 +190,7 @@ async def test_kill_during_bulk_tick_and_restart(
 
         proc, base = await start(path, notify_socket, deployment.env)
         try:
-            with trio.fail_after(30):
-                while True:
-                    done = await read(
-                        db,
-                        "SELECT count(DISTINCT aid) FROM tracker_snapshots WHERE at_ms > ?",
-                        now - HOUR,
-                    )
-                    if done[0][0] == SONGS:
-                        break
-                    await trio.sleep(0.2)
+            await wait_snapshotted(db, now, SONGS, 30)
             async with httpx.AsyncClient() as http:
                 status = (await http.get(base + "/status", timeout=10)).json()["tracker"]
         finally:
@@ -165,30 +199,6 @@ async def test_kill_during_bulk_tick_and_restart(
         shutdown.set()
 
     assert sim.requests["bulk"] > killed_at
-    # no seeded schedule was deleted (recovered ones keep their id); each one completed, or
-    # found no proxy and left a retry that completed
-    seeded = dict(
-        await read(
-            db,
-            "SELECT status, count(*) FROM tracker_schedules WHERE type = 'normal'"
-            " AND created_ms = ? GROUP BY 1",
-            now,
-        )
-    )
-    assert sum(seeded.values()) == SONGS and set(seeded) <= {"completed", "no_proxy"}, seeded
-    # exactly one new snapshot per song, and each song has its next normal schedule
-    per_aid = await read(
-        db,
-        "SELECT aid, count(*) FROM tracker_snapshots WHERE at_ms > ? GROUP BY aid",
-        now - HOUR,
-    )
-    assert len(per_aid) == SONGS and {n for _, n in per_aid} == {1}
-    chained = await read(
-        db,
-        "SELECT count(DISTINCT aid) FROM tracker_schedules WHERE type = 'normal'"
-        " AND status = 'pending'",
-    )
-    assert chained[0][0] == SONGS
-    assert sorted(a for a, _ in per_aid) == aids
+    await assert_snapshotted_once(db, now, aids)
     assert sim.rejected_412 == 0
     assert status["lag"]["normal"]["count"] > 0  # the recovered schedules ran after restart

@@ -11,6 +11,7 @@ from daemon.store import migrate
 from daemon.tracker import rules
 from daemon.tracker import store as ts
 from daemon.tracker.bilibili import Stat, Uploader, VideoDetail
+from daemon.tracker.engine import LOCAL_CLAIMANT as C
 from daemon.tracker.rules import DAY, HOUR, MINUTE, SECOND, Snap
 
 T0 = 1_767_225_600_000
@@ -20,6 +21,7 @@ W = 5 * MINUTE
 @pytest.fixture
 def conn(tmp_path: Path) -> Iterator[apsw.Connection]:
     c = apsw.Connection(str(tmp_path / "t.db"))
+    c.create_scalar_function("crawld_now_ms", lambda: T0, 0)
     migrate(c)
     yield c
     c.close()
@@ -74,9 +76,9 @@ def test_active_schedule_kept_unless_forced(conn: apsw.Connection) -> None:
     assert sched(conn, 1, "normal", T0 + HOUR).outcome == "inserted"  # other type: independent
     assert sched(conn, 1, "normal", T0 + 2 * HOUR).outcome == "kept"
     # a finished schedule is not active
-    ts.claim(conn, [first.schedule_id], T0)
+    ts.claim(conn, [first.schedule_id], T0, claimant=C)
     assert sched(conn, 1, "new", T0).outcome == "kept"  # processing is active
-    ts.finish(conn, [first.schedule_id], "completed", T0)
+    ts.finish(conn, [first.schedule_id], "completed", T0, claimant=C)
     assert windows(conn) == recount(conn)
 
 
@@ -107,14 +109,14 @@ def test_window_capacity_pushes_to_next_window(conn: apsw.Connection) -> None:
 def test_window_counts_follow_every_change(conn: apsw.Connection) -> None:
     ids = [sched(conn, aid, "normal", T0 + aid * MINUTE).schedule_id for aid in range(1, 30)]
     ids.append(sched(conn, 99, "new", T0 + 90 * SECOND).schedule_id)
-    ts.claim(conn, ids[:10], T0)
+    ts.claim(conn, ids[:10], T0, claimant=C)
     assert windows(conn) == recount(conn)
-    ts.finish(conn, ids[:5], "completed", T0)
-    ts.finish(conn, ids[5:10], "no_proxy", T0, "none")
+    ts.finish(conn, ids[:5], "completed", T0, claimant=C)
+    ts.finish(conn, ids[5:10], "no_proxy", T0, "none", claimant=C)
     assert windows(conn) == recount(conn)
     assert ts.cleanup(conn, T0 + 12 * MINUTE) > 0
     assert windows(conn) == recount(conn)
-    claimed = ts.claim(conn, ids[20:], T0)  # the `new` one is gone (cleanup)
+    claimed = ts.claim(conn, ids[20:], T0, claimant=C)  # the `new` one is gone (cleanup)
     assert ts.recover_processing(conn, T0 + 5 * HOUR) == len(claimed) == 9
     assert windows(conn) == recount(conn)
     assert ts.set_window_ms(conn, 60_000)
@@ -126,8 +128,8 @@ def test_schedule_counts_by_type_and_status(conn: apsw.Connection) -> None:
     a = sched(conn, 1, "new", T0).schedule_id
     sched(conn, 2, "new", T0)
     sched(conn, 1, "normal", T0 + HOUR)
-    ts.claim(conn, [a], T0)
-    ts.finish(conn, [a], "bili_error", T0, "-404")
+    ts.claim(conn, [a], T0, claimant=C)
+    ts.finish(conn, [a], "bili_error", T0, "-404", claimant=C)
     assert ts.schedule_counts(conn) == {
         "new": {"pending": 1, "bili_error": 1},
         "milestone": {},
@@ -146,7 +148,7 @@ def test_due_and_claim(conn: apsw.Connection) -> None:
     types = [t for group in rules.SINGLE_TYPES_BY_PRIORITY for t in group]
     rows = ts.due(conn, types, low, high, 50)
     assert [r[0] for r in rows] == [ms, new]
-    claimed = ts.claim(conn, [ms, ms], T0)
+    claimed = ts.claim(conn, [ms, ms], T0, claimant=C)
     assert [r[0] for r in claimed] == [ms]
     assert ts.busy_aids(conn, [1, 2]) == {1}
     assert [r[0] for r in ts.due(conn, types, low, high, 50)] == [new]
@@ -171,11 +173,11 @@ def test_due_query_is_index_only(conn: apsw.Connection) -> None:
 def test_cleanup_deletes_old_pending_and_processing(conn: apsw.Connection) -> None:
     old = sched(conn, 1, "new", T0 - 3 * MINUTE).schedule_id
     stuck = sched(conn, 2, "milestone", T0 - 5 * MINUTE).schedule_id
-    ts.claim(conn, [stuck], T0 - 5 * MINUTE)
+    ts.claim(conn, [stuck], T0 - 5 * MINUTE, claimant=C)
     fresh = sched(conn, 3, "new", T0 - MINUTE).schedule_id
     done = sched(conn, 4, "new", T0 - 10 * MINUTE).schedule_id
-    ts.claim(conn, [done], T0)
-    ts.finish(conn, [done], "completed", T0)
+    ts.claim(conn, [done], T0, claimant=C)
+    ts.finish(conn, [done], "completed", T0, claimant=C)
     assert ts.cleanup(conn, T0 - 2 * MINUTE) == 2
     left = {r[0] for r in conn.execute("SELECT id FROM tracker_schedules")}
     assert left == {fresh, done} and old not in left
@@ -266,7 +268,7 @@ def _complete_one_by_one(
     done = []
     for sid, aid, type_, planned in group:
         if aid not in stats:
-            ts.finish(conn, [sid], "failed", now, "missing from the bulk answer")
+            ts.finish(conn, [sid], "failed", now, "missing from the bulk answer", claimant=C)
             continue
         previous = ts.latest(conn, aid)
         current = Snap(at_ms, stats[aid].views)
@@ -274,7 +276,7 @@ def _complete_one_by_one(
             eta = rules.bulk_eta(previous, current)
             if eta is not None:
                 ts.upsert_eta(conn, aid, eta[0], eta[1], stats[aid].views, now)
-        ts.finish(conn, [sid], "completed", now)
+        ts.finish(conn, [sid], "completed", now, claimant=C)
         if type_ != "archive":
             newest = current if previous is None or current.at_ms >= previous.at_ms else previous
             hours = ts.regular_interval_hours(conn, aid, now, newest)
@@ -297,7 +299,7 @@ def _bulk_fixture(conn: apsw.Connection) -> tuple[list[ts.Due], dict[int, Stat]]
     ids.append(sched(conn, 3, "archive", T0).schedule_id)  # the same aid twice in the group
     sched(conn, 41, "normal", T0 + DAY)  # an active normal schedule of aid 41 is kept
     ids.append(sched(conn, 41, "archive", T0).schedule_id)
-    group = ts.claim(conn, ids, T0)
+    group = ts.claim(conn, ids, T0, claimant=C)
     ts.insert_snapshot(conn, 5, T0 + 2 * SECOND, stat(1))  # already stored at the answer's time
     stats = {aid: stat(aid * 1000 + aid * aid) for aid in range(1, 42) if aid != 9}  # 9: missing
     return group, stats
@@ -319,7 +321,9 @@ def test_complete_bulk_equals_one_by_one(tmp_path: Path) -> None:
         now, at_ms, rng = T0 + 5 * SECOND, T0 + 2 * SECOND, random.Random(3)
         with c:
             if batched:
-                done = ts.complete_bulk(c, group, stats, at_ms, now, capacity=10, rng=rng)
+                done = ts.complete_bulk(
+                    c, group, stats, at_ms, now, capacity=10, rng=rng, claimant=C
+                )
             else:
                 done = _complete_one_by_one(c, group, stats, at_ms, now, 10, rng)
         results.append(done)
@@ -345,6 +349,8 @@ def test_complete_bulk_rolls_back_with_its_transaction(conn: apsw.Connection) ->
         group, stats = _bulk_fixture(conn)
     before = _dump(conn)
     with pytest.raises(ZeroDivisionError), conn:
-        ts.complete_bulk(conn, group, stats, T0 + 2 * SECOND, T0, capacity=10, rng=random.Random())
+        ts.complete_bulk(
+            conn, group, stats, T0 + 2 * SECOND, T0, capacity=10, rng=random.Random(), claimant=C
+        )
         raise ZeroDivisionError
     assert _dump(conn) == before

@@ -14,7 +14,12 @@ import httpx
 import pytest
 import trio
 
+from daemon import outbox
 from daemon.app import Daemon
+from daemon.config import WebhookSpec
+from daemon.jobs import store as js
+from daemon.jobs.events import WEBHOOK_FAILED
+from daemon.outbox import NewItem
 from tests.conftest import serve_daemon
 from tests.ui import cdp
 
@@ -111,6 +116,35 @@ async def add_video(
 
     await daemon.store.write(write)
     return now
+
+
+STUCK_JOB = "00000000-0000-4000-8000-00000000a001"
+GONE_JOB = "00000000-0000-4000-8000-00000000a002"
+PLAIN_JOB = "00000000-0000-4000-8000-00000000a003"
+
+
+async def add_webhook_jobs(daemon: Daemon) -> None:
+    """Three crawl jobs: STUCK_JOB with 3 webhook events queued, none sent and one given up;
+    GONE_JOB whose endpoint answered 410 at its first event (the other 2 skipped); PLAIN_JOB
+    without a webhook."""
+    assert daemon.store is not None
+    hook = WebhookSpec(url="http://127.0.0.1:9/hook")  # stored only: no drainer runs
+    now = int(time.time() * 1000)
+
+    def write(conn: Any) -> None:
+        for job_id in (STUCK_JOB, GONE_JOB, PLAIN_JOB):
+            js.insert_job(conn, job_id=job_id, kind="crawl",
+                          webhook=None if job_id == PLAIN_JOB else hook,
+                          source={"url": "http://127.0.0.1:9/"}, at_ms=now,
+                          expires_ms=now + DAY_MS)  # fmt: skip
+        for job_id in (STUCK_JOB, GONE_JOB):
+            items = [NewItem(f"k{i}", b"{}") for i in range(3)]
+            outbox.append(conn, js.stream_name(job_id), items, 0)
+        js.add_error(conn, STUCK_JOB, code=WEBHOOK_FAILED, error="gave up", url=None, at_ms=1)
+        js.mark_gone(conn, GONE_JOB, event_id=f"{GONE_JOB}:1", type_="crawl.page", url="u",
+                     at_ms=1, stream=js.stream_name(GONE_JOB), seq=1)  # fmt: skip
+
+    await daemon.store.write(write)
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,9 @@
 """The console in a real headless Chromium (Debian's), driven over the DevTools protocol, against
 an in-process daemon: every page loads with no console error and no failed request, the key
 prompt, the collector buttons, the curve's point count, a hostile title, 375 px without a
-horizontal scroll. Screenshots go to the artifact folder (and docs/ with CRAWLD_UI_DOCS=1)."""
+horizontal scroll, the queue's last hour and cluster members on the overview, webhook delivery
+on the jobs, schedules with lag on the tracker. Screenshots go to the artifact folder (and docs/
+with CRAWLD_UI_DOCS=1)."""
 
 from __future__ import annotations
 
@@ -13,10 +15,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 
+from daemon.api import control
 from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
+from daemon.outbox import NewItem
+from tests.ui import conftest as ui
 from tests.ui.cdp import Browser, Page
 from tests.ui.conftest import ARTIFACTS, DAY_MS, KEY, StartDaemon, add_video, base_url, keyed
 
@@ -61,6 +67,8 @@ async def test_every_page_loads_clean_and_fits_375px(
     await add_video(
         daemon, 170001, title="【洛天依原创】十万星河", snapshots=500, span_ms=40 * DAY_MS
     )
+    assert daemon.outbox is not None
+    await daemon.outbox.append("queue:job_data", [NewItem(f"r{i}", b"{}") for i in range(40)])
     url = base_url(daemon) + "/ui"
 
     def check() -> None:
@@ -233,6 +241,140 @@ async def test_a_hostile_title_is_text(start_daemon: StartDaemon, chromium: Brow
         assert page.js("document.querySelectorAll('main script, main img').length") == 0
         assert page.js("window.__pwned === undefined")
         assert page.problems() == []
+        close(chromium, page)
+
+    await run(check)
+
+
+async def test_overview_draws_the_queue_hour_and_cluster_members(
+    start_daemon: StartDaemon, chromium: Browser, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon = await start_daemon(extra='[broker]\nkind = "embedded"')
+    assert daemon.outbox is not None
+    await daemon.outbox.append("queue:job_data", [NewItem(f"a{i}", b"{}") for i in range(3)])
+    members = [
+        {"instance": HOSTILE, "host": HOSTILE, "pid": 41, "http": "javascript:alert(1)",
+         "started_ms": 1, "heartbeat_ms": 2, "expires_ms": 3, "alive": True, "holds": [HOSTILE]},
+        {"instance": "b", "host": "h2", "pid": 42, "http": None, "started_ms": 1, "self": True,
+         "heartbeat_ms": 2, "expires_ms": 3, "alive": False, "holds": [], "version": "0.1.0"},
+    ]  # fmt: skip
+    cluster: list[dict[str, Any] | None] = [None]
+    plain_status = control.build_status
+
+    async def status_as(daemon: Any) -> dict[str, Any]:
+        # /status without a cluster section (before cluster mode), then as cluster mode shapes it
+        status: dict[str, Any] = msgspec.to_builtins(await plain_status(daemon))
+        status.pop("cluster", None)
+        if cluster[0] is not None:
+            status["cluster"] = cluster[0]
+        return status
+
+    monkeypatch.setattr(control, "build_status", status_as)
+    url = base_url(daemon) + "/ui#/overview"
+
+    def first() -> Page:
+        page = open_page(chromium, url)
+        page.wait("document.querySelector('svg.queue-chart').dataset.published === '3'")
+        assert page.js("document.querySelectorAll('svg.queue-chart rect.bar').length") >= 1
+        assert page.js("document.getElementById('cluster')") is None
+        return page
+
+    page = await run(first)
+    await daemon.outbox.append("queue:job_data", [NewItem(f"b{i}", b"{}") for i in range(2)])
+    cluster[0] = {"enabled": False, "instance": "solo", "lease_s": 15.0, "members": members[1:]}
+
+    def alone() -> None:
+        page.wait("document.querySelector('svg.queue-chart').dataset.published === '5'")
+        assert page.js("document.getElementById('cluster')") is None  # not in cluster mode
+
+    await run(alone)
+    cluster[0] = {"enabled": True, "instance": HOSTILE, "lease_s": 15.0, "members": members,
+                  "leases": []}  # fmt: skip
+
+    def second() -> None:
+        page.wait("document.getElementById('cluster')")
+        cells = page.js(
+            "[...document.querySelectorAll('#cluster tbody tr:first-child td')]"
+            ".map(td => td.textContent)"
+        )
+        assert cells[0] == cells[1] == HOSTILE and cells[4] == "javascript:alert(1)"
+        assert cells[-1] == HOSTILE and cells[-2] == "alive"
+        mine = page.js("document.querySelector('#cluster tbody tr:nth-child(2) td').textContent")
+        assert mine == "b (this one)"
+        assert page.js("document.querySelectorAll('#cluster a, main script, main img').length") == 0
+        assert page.js("window.__pwned === undefined")
+        summary = page.js("document.querySelector('section.cards').textContent")
+        assert "1/2 members alive" in summary
+        assert page.problems() == []
+        shot(page, "console-overview-cluster")
+        close(chromium, page)
+
+    await run(second)
+
+
+async def test_jobs_show_webhook_delivery(start_daemon: StartDaemon, chromium: Browser) -> None:
+    daemon = await start_daemon()
+    await ui.add_webhook_jobs(daemon)
+    url = base_url(daemon) + "/ui"
+
+    def check() -> None:
+        page = open_page(chromium, f"{url}#/jobs")
+        cell = page.wait(
+            f"document.querySelector('[data-delivery=\"{ui.STUCK_JOB}\"]').textContent"
+        )
+        assert cell == "cursor 0/3 · pending 3 · failed 1"
+        gone = page.js(f"document.querySelector('[data-delivery=\"{ui.GONE_JOB}\"]').textContent")
+        assert (
+            gone == f"cursor 3/3 · pending 0 · failed 0 · gone (410 at {ui.GONE_JOB}:1, 2 skipped)"
+        )
+        plain = page.js(f"document.querySelector('[data-delivery=\"{ui.PLAIN_JOB}\"]').textContent")
+        assert plain == "no webhook"
+        loaded(page, f"{url}#/job/{ui.GONE_JOB}")
+        cards = page.wait("document.getElementById('job-delivery').textContent")
+        assert "410 at" in cards and "2 skipped" in cards
+        assert page.problems() == []
+        shot(page, "console-job-delivery")
+        close(chromium, page)
+
+    await run(check)
+
+
+async def test_tracker_shows_schedules_by_type_and_status_with_lag(
+    start_daemon: StartDaemon, chromium: Browser
+) -> None:
+    daemon = await start_daemon()
+    assert daemon.store is not None
+    now = int(time.time() * 1000)
+
+    def write(conn: Any) -> None:
+        rows = [(1, "new", "pending"), (2, "new", "pending"), (3, "normal", "completed"),
+                (4, "archive", "failed")]  # fmt: skip
+        for aid, type_, status in rows:
+            conn.execute(
+                "INSERT INTO tracker_schedules(aid, type, status, planned_ms, created_ms)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (aid, type_, status, now, now),
+            )
+
+    await daemon.store.write(write)
+    daemon.parts["tracker"].tracker.stats.record_lags("new", now, [1000, 2000, 3000])
+    url = base_url(daemon) + "/ui#/tracker"
+
+    def check() -> None:
+        page = open_page(chromium, url)
+        page.wait("document.querySelector('#schedules [data-type=new]')")
+        rows = page.js(
+            "Object.fromEntries([...document.querySelectorAll('#schedules tbody tr')].map(tr =>"
+            " [tr.cells[0].textContent, [...tr.cells].slice(1).map(td => td.textContent)]))"
+        )
+        headers = page.js("[...document.querySelectorAll('#schedules th')].map(t => t.textContent)")
+        assert headers[:3] == ["type", "pending", "processing"] and headers[-3] == "lag p50"
+        assert set(rows) == {"new", "milestone", "normal", "archive"}
+        assert rows["new"][0] == "2" and rows["normal"][2] == "1" and rows["archive"][3] == "1"
+        assert rows["new"][-3:] == ["2.0 s", "3.0 s", "3"]
+        assert rows["milestone"][-3:] == ["–", "–", "0"]
+        assert page.problems() == []
+        shot(page, "console-tracker-schedules")
         close(chromium, page)
 
     await run(check)

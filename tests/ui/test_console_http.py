@@ -1,11 +1,27 @@
 """The console over HTTP: assets and their headers, the login and CSRF rules at the edge, the
-decimated curve, search and job list, and the errors naming the field."""
+login's wrong-key limit, the decimated curve, search, the job list with its webhook delivery
+state, the queue's last hour, and the errors naming the field."""
 
 from __future__ import annotations
 
+import re
 import time
 
-from tests.ui.conftest import DAY_MS, KEY, StartDaemon, add_video, client, keyed
+import httpx
+
+from daemon.outbox import NewItem
+from tests.ui.conftest import (
+    DAY_MS,
+    GONE_JOB,
+    KEY,
+    PLAIN_JOB,
+    STUCK_JOB,
+    StartDaemon,
+    add_video,
+    add_webhook_jobs,
+    client,
+    keyed,
+)
 
 
 async def test_assets_are_served_with_a_strict_policy(start_daemon: StartDaemon) -> None:
@@ -157,3 +173,53 @@ async def test_csv_download_with_the_session_cookie(start_daemon: StartDaemon) -
                                 headers={"Sec-Fetch-Site": "same-origin"})  # fmt: skip
         assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/csv")
         assert answer.text.count("\n") == 4
+
+
+async def test_wrong_keys_at_the_login_are_limited_per_address(start_daemon: StartDaemon) -> None:
+    daemon = await start_daemon(http=keyed())
+    async with client(daemon) as http:
+        for _ in range(5):
+            wrong = await http.post("/ui/api/login", json={"key": "not-the-key-000000"})
+            assert wrong.status_code == 401
+        limited = await http.post("/ui/api/login", json={"key": "not-the-key-000000"})
+        assert limited.status_code == 429
+        assert 1 <= int(limited.headers["retry-after"]) <= 12
+        assert limited.json()["detail"] == {"retry_after_s": int(limited.headers["retry-after"])}
+        assert "wrong keys" in limited.json()["error"]
+        assert limited.headers["content-security-policy"]
+        # the right key is not even compared while the address is held back
+        assert (await http.post("/ui/api/login", json={"key": KEY})).status_code == 429
+        bearer = {"Authorization": f"Bearer {KEY}"}
+        status = (await http.get("/status", headers=bearer)).json()
+        assert status["http"]["refused"]["login_rate"] == 2
+        metrics = (await http.get("/metrics", headers=bearer)).text
+        assert re.search(r'crawld_http_refused_total\{[^}]*reason="login_rate"', metrics)
+    other = httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+    async with client(daemon, transport=other) as http:
+        assert (await http.post("/ui/api/login", json={"key": KEY})).status_code == 200
+
+
+async def test_queue_history_counts_what_the_queue_took(start_daemon: StartDaemon) -> None:
+    daemon = await start_daemon(extra='[broker]\nkind = "embedded"\nqueue = "rows"')
+    assert daemon.outbox is not None
+    await daemon.outbox.append("queue:rows", [NewItem(f"k{i}", b"{}") for i in range(3)])
+    async with client(daemon) as http:
+        answer = (await http.get("/ui/api/queue")).json()
+    assert answer["queue"] == "rows" and len(answer["minutes"]) == 60
+    assert answer["published_last_hour"] == 3
+    assert answer["minutes"][-1]["depth"] == 3
+    assert sum(m["published"] or 0 for m in answer["minutes"]) == 3
+    assert "console" in [c.name for c in daemon.components]
+
+
+async def test_jobs_carry_their_webhook_delivery_state(start_daemon: StartDaemon) -> None:
+    daemon = await start_daemon()
+    await add_webhook_jobs(daemon)
+    async with client(daemon) as http:
+        jobs = {j["id"]: j for j in (await http.get("/ui/api/jobs")).json()["jobs"]}
+    stuck = jobs[STUCK_JOB]["delivery"]
+    assert (stuck["cursor"], stuck["pending"], stuck["failed"], stuck["gone"]) == (0, 3, 1, None)
+    gone = jobs[GONE_JOB]["delivery"]
+    assert (gone["cursor"], gone["pending"]) == (3, 0)
+    assert gone["gone"]["event_id"] == f"{GONE_JOB}:1" and gone["gone"]["skipped"] == 2
+    assert jobs[PLAIN_JOB]["delivery"] is None

@@ -7,7 +7,8 @@
 const POLL_MS = 5000;
 const SVG_NS = "http://www.w3.org/2000/svg";
 const RANGES = ["6h", "24h", "7d", "30d", "all"];
-const state = { csrf: null, authRequired: false, page: null, timer: null, queueHistory: [] };
+const STATUSES = ["pending", "processing", "completed", "failed", "no_proxy", "bili_error"];
+const state = { csrf: null, authRequired: false, page: null, timer: null };
 
 // ---- DOM helpers ---------------------------------------------------------------------------
 
@@ -178,15 +179,37 @@ function polyline(points, cls, x, y) {
   return svg("polyline", { class: cls, points: coords });
 }
 
-function sparkline(values, label) {
-  const w = 360, h = 60;
-  const box = svg("svg", { class: "spark", viewBox: `0 0 ${w} ${h}`, role: "img", "aria-label": label });
-  if (values.length < 2) { box.append(svg("text", { x: 4, y: 34 }, "collecting…")); return box; }
-  const t0 = values[0][0], t1 = values[values.length - 1][0] || t0 + 1;
-  const vmax = Math.max(1, ...values.map((v) => v[1]));
-  box.append(polyline(values, "spark-line", (t) => 2 + ((t - t0) / Math.max(1, t1 - t0)) * (w - 4),
-    (v) => h - 4 - (v / vmax) * (h - 16)));
-  box.append(svg("text", { x: 4, y: 12 }, `max ${fmtNum(vmax)}`));
+// the queue's last hour as the server keeps it (/ui/api/queue): a bar per minute of rows
+// published into the queue, and the depth at each minute's last reading as a line
+function queueChart(q) {
+  const w = 720, h = 150, left = 56, right = 8, top = 14, bottom = 18;
+  const minutes = q.minutes;
+  const seen = minutes.map((m, i) => [i, m]).filter(([, m]) => m.published !== null);
+  const pmax = Math.max(1, ...seen.map(([, m]) => m.published));
+  const dmax = Math.max(1, ...seen.map(([, m]) => m.depth));
+  const depthNow = seen.length ? seen[seen.length - 1][1].depth : null;
+  const box = svg("svg", { class: "chart queue-chart", viewBox: `0 0 ${w} ${h}`, role: "img",
+    "aria-label": `rows published into the queue per minute over the last hour: ${q.published_last_hour} in all; depth now ${fmtNum(depthNow)}`,
+    "data-published": q.published_last_hour, "data-minutes": seen.length });
+  const slot = (w - left - right) / minutes.length;
+  const base = h - bottom;
+  const yOf = (max) => (v) => top + (1 - v / max) * (base - top);
+  const yBar = yOf(pmax), yDepth = yOf(dmax);
+  box.append(svg("line", { class: "axis", x1: left, y1: base, x2: w - right, y2: base }));
+  for (const [i, m] of seen) {
+    const top_ = yBar(m.published);
+    box.append(svg("rect", { class: "bar", x: (left + i * slot + 0.5).toFixed(1), y: top_.toFixed(1),
+      width: Math.max(1, slot - 1).toFixed(1), height: Math.max(0, base - top_).toFixed(1) },
+    svg("title", {}, `${fmtTime(m.minute_ms)}: ${fmtNum(m.published)} published, ${fmtNum(m.delivered)} delivered, depth ${fmtNum(m.depth)}`)));
+  }
+  if (seen.length > 1) {
+    box.append(polyline(seen.map(([i, m]) => [i, m.depth]), "depth", (i) => left + (i + 0.5) * slot, yDepth));
+  }
+  box.append(svg("text", { x: 2, y: top }, `${fmtNum(pmax)}/min`));
+  box.append(svg("text", { class: "depth-label", x: 2, y: top + 14 }, `depth ${fmtNum(dmax)}`));
+  box.append(svg("text", { x: left, y: h - 4 }, "60 min ago"));
+  box.append(svg("text", { x: w - right - 28, y: h - 4 }, "now"));
+  if (!seen.length) box.append(svg("text", { x: left + 8, y: h / 2 }, "no reading yet"));
   return box;
 }
 
@@ -245,13 +268,11 @@ function overviewPage(main) {
   main.append(el("h2", {}, "Overview"), live);
   return {
     async refresh() {
-      const s = await api("/status");
+      const [s, q] = await Promise.all([api("/status"), api("/ui/api/queue")]);
       const queued = findNumber(s.collector, ["undelivered", "pending", "queue_size"]);
-      if (queued !== null) {
-        state.queueHistory.push([Date.now(), queued]);
-        const hourAgo = Date.now() - 3600_000;
-        state.queueHistory = state.queueHistory.filter((p) => p[0] >= hourAgo);
-      }
+      const clustered = s.cluster && s.cluster.enabled !== false && Array.isArray(s.cluster.members);
+      const members = clustered ? s.cluster.members : [];
+      const alive = members.filter((m) => m && m.alive === true).length;
       const reload = s.config.last_reload;
       const store = s.store || {};
       const down = s.components.filter((c) => c.state !== "running").length;
@@ -269,6 +290,8 @@ function overviewPage(main) {
             s.webhooks && s.webhooks.pending_events ? "warn" : "ok"),
           card("broker", s.broker ? `${s.broker.kind || ""} ${s.broker.connected === false ? "disconnected" : "ok"}` : "–",
             s.broker && s.broker.connected === false ? "bad" : "ok"),
+          members.length ? card("cluster", `${alive}/${members.length} members alive`, alive === members.length ? "ok" : "warn") : null,
+          card("published, last hour", `${fmtNum(q.published_last_hour)} rows`),
           card("config generation", String(s.config.generation)),
           card("last reload", reload ? `${reload.ok ? "ok" : "rejected"} ${fmtAgo(reload.at_ms)}` : "none",
             reload && !reload.ok ? "bad" : "")),
@@ -277,13 +300,31 @@ function overviewPage(main) {
         table(["name", "state", "restarts", "last error"], s.components.map((c) => [
           c.name, el("td", { class: c.state === "running" ? "ok" : "warn" }, c.state), num(c.restarts),
           c.last_error || ""])),
-        el("h3", {}, "Queue depth (since this page opened, last hour)"),
-        sparkline(state.queueHistory, "queue depth over time"),
-        section("Store", s.store), section("Broker", s.broker), section("Webhooks", s.webhooks),
+        el("h3", {}, "Queue ", el("code", {}, q.queue), ": the last hour"),
+        el("div", { class: "legend" }, el("span", { class: "views" }, "■ rows published per minute"),
+          el("span", { class: "coins" }, "— depth")),
+        queueChart(q),
+        clusterMembers(s.cluster, members),
+        section("Store", s.store), section("Cluster", s.cluster), section("Broker", s.broker), section("Webhooks", s.webhooks),
         section("Collector", s.collector), section("Tracker", s.tracker), section("Crawl", s.crawl),
         section("HTTP", s.http));
     },
   };
+}
+
+// /status.cluster in cluster mode (a single instance reports enabled: false): every field comes
+// from another process's row in the store, so each is shown as text (an http address is no link)
+function clusterMembers(cluster, members) {
+  if (!members.length) return null;
+  const text = (v) => (v === null || v === undefined ? "–" : String(v));
+  return el("section", { id: "cluster", "aria-label": "Cluster members" },
+    el("h3", {}, `Cluster members (this instance: ${text(cluster.instance)}, lease ${text(cluster.lease_s)} s)`),
+    table(["instance", "host", "pid", "version", "http", "started", "heartbeat", "lease until", "alive", "holds"],
+      members.map((m) => [text(m.instance) + (m.self === true ? " (this one)" : ""), text(m.host), num(m.pid),
+        text(m.version), text(m.http), fmtAgo(m.started_ms),
+        fmtAgo(m.heartbeat_ms), fmtTime(m.expires_ms),
+        el("td", { class: m.alive === true ? "ok" : "bad" }, m.alive === true ? "alive" : "not alive"),
+        Array.isArray(m.holds) ? m.holds.map(text).join(", ") : "–"])));
 }
 
 function section(title, obj) {
@@ -363,15 +404,39 @@ function jobsPage(main) {
     async refresh() {
       const answer = await api("/ui/api/jobs?limit=200");
       fill(live, answer.jobs.length === 0 ? el("p", {}, "No jobs yet.") : table(
-        ["job", "kind", "status", "progress", "source", "created", "webhook"],
+        ["job", "kind", "status", "progress", "source", "created", "webhook delivery"],
         answer.jobs.map((j) => [
           el("td", {}, el("a", { href: `#/job/${j.id}` }, j.id.slice(0, 8))), j.kind,
           el("td", { class: j.status === "failed" ? "bad" : (j.status === "completed" ? "ok" : "") }, j.status),
           el("td", {}, el("progress", { max: Math.max(1, j.total), value: j.completed,
             "aria-label": `${j.completed} of ${j.total}` }), ` ${fmtNum(j.completed)}/${fmtNum(j.total)}`),
-          JSON.stringify(j.source), fmtAgo(j.created_ms), j.webhook ? "yes" : "no"])));
+          JSON.stringify(j.source), fmtAgo(j.created_ms),
+          el("td", { class: deliveryClass(j.delivery), "data-delivery": j.id }, deliveryText(j.delivery))])));
     },
   };
+}
+
+function deliveryText(d) {
+  if (!d) return "no webhook";
+  const parts = [`cursor ${fmtNum(d.cursor)}/${fmtNum(d.last_seq)}`, `pending ${fmtNum(d.pending)}`,
+    `failed ${fmtNum(d.failed)}`];
+  if (d.gone) parts.push(`gone (410 at ${d.gone.event_id}, ${fmtNum(d.gone.skipped)} skipped)`);
+  return parts.join(" · ");
+}
+
+function deliveryClass(d) {
+  if (!d) return "muted";
+  return d.gone || d.failed ? "bad" : (d.pending ? "warn" : "ok");
+}
+
+function deliveryCards(d) {
+  if (!d) return el("p", { class: "muted" }, "This job has no webhook.");
+  return el("section", { class: "cards", id: "job-delivery", "aria-label": "Webhook delivery" },
+    card("cursor", `${fmtNum(d.cursor)} of ${fmtNum(d.last_seq)} events`),
+    card("pending", fmtNum(d.pending), d.pending ? "warn" : "ok"),
+    card("failed", fmtNum(d.failed), d.failed ? "bad" : "ok"),
+    card("gone", d.gone ? `410 at ${d.gone.event_id} (${d.gone.type}), ${fmtNum(d.gone.skipped)} skipped` : "no",
+      d.gone ? "bad" : "ok"));
 }
 
 function jobPage(main, id) {
@@ -393,7 +458,8 @@ function jobPage(main, id) {
       fill(live, 
         el("section", { class: "cards" }, card("status", status.status), card("completed", fmtNum(status.completed)),
           card("total", fmtNum(status.total)), card("created", status.createdAt), card("duration", status.duration ?? "–")),
-        job ? kv({ kind: job.kind, source: job.source, webhook: job.webhook, error: job.error }) : null,
+        job ? kv({ kind: job.kind, source: job.source, error: job.error }) : null,
+        el("h3", {}, "Webhook delivery"), job ? deliveryCards(job.delivery) : null,
         el("h3", {}, `Errors (${errors.errors.length})`),
         errors.errors.length ? table(["time", "url", "code", "error"],
           errors.errors.map((e) => [e.timestamp, e.url, e.code || "", e.error])) : el("p", { class: "muted" }, "none"),
@@ -408,11 +474,15 @@ function trackerPage(main) {
   const input = el("input", { id: "video-q", type: "search", name: "q", placeholder: "aid, avNNN, title or uploader" });
   const form = el("form", { class: "inline", role: "search", onsubmit: (e) => { e.preventDefault(); refresh(); } },
     el("label", { for: "video-q" }, "Search videos"), input, el("button", { type: "submit" }, "Search"));
-  main.append(el("h2", {}, "Tracker"), form, results, el("h3", {}, "Songs nearest a milestone"), near);
+  const schedules = el("div", { id: "schedules" });
+  main.append(el("h2", {}, "Tracker"), form, results, el("h3", {}, "Songs nearest a milestone"), near,
+    el("h3", {}, "Schedules by type and status"), schedules);
   return {
     async refresh() {
-      const [found, songs] = await Promise.all([
-        api(`/ui/api/videos?limit=50&q=${encodeURIComponent(input.value)}`), api("/tracker/milestones?limit=20")]);
+      const [found, songs, plan] = await Promise.all([
+        api(`/ui/api/videos?limit=50&q=${encodeURIComponent(input.value)}`), api("/tracker/milestones?limit=20"),
+        api("/tracker/schedules")]);
+      fill(schedules, scheduleTable(plan));
       fill(results, found.videos.length === 0 ? el("p", {}, "No video matches.") :
         table(["aid", "title", "uploader", "views", "song", "last snapshot"], found.videos.map((v) => [
           el("td", {}, el("a", { href: `#/video/${v.aid}` }, `av${v.aid}`)), v.title || "", v.uploader || "",
@@ -423,6 +493,20 @@ function trackerPage(main) {
           num(s.target), num(s.views_to_go), s.eta_hours === null ? "–" : `${s.eta_hours.toFixed(1)} h`])));
     },
   };
+}
+
+// rows per schedule type × status (kept by the store's triggers) next to the lag of the
+// snapshots each type stored in the tracker's lag window (p50/p99: taken after planned)
+function scheduleTable(plan) {
+  const types = Object.keys(plan.counts);
+  const extra = [...new Set(types.flatMap((t) => Object.keys(plan.counts[t])))].filter((st) => !STATUSES.includes(st));
+  const statuses = [...STATUSES, ...extra];
+  const secs = (v) => (typeof v === "number" ? `${v.toFixed(1)} s` : "–");
+  return table(["type", ...statuses, "lag p50", "lag p99", "snapshots (lag window)"], types.map((t) => {
+    const lag = plan.lag[t] || {};
+    return [el("td", { "data-type": t }, t), ...statuses.map((st) => num(plan.counts[t][st] || 0)),
+      el("td", { class: "num" }, secs(lag.p50_s)), el("td", { class: "num" }, secs(lag.p99_s)), num(lag.count || 0)];
+  }));
 }
 
 function videoPage(main, aid) {

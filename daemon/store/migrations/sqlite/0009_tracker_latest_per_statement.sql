@@ -1,0 +1,3 @@
+-- Nothing changes on SQLite: PostgreSQL's 0009 makes its tracker_latest trigger run once per
+-- statement (a row updated again in one transaction costs more each time there); SQLite updates
+-- the row in place, so 0004's row trigger stays. The number is kept so both backends agree.

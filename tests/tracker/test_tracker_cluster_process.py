@@ -1,0 +1,191 @@
+"""Three `crawld run` instances on one PostgreSQL schema track the same songs through one shared
+relay of the Bilibili simulator: together they never exceed the relay's limits (no -412), each
+due schedule is snapshotted once, the singleton duties run in one place, and when one instance
+is killed with -9 holding claimed schedules, the others take them over within the lease and a
+tick, still storing no snapshot twice; one paused (SIGSTOP) past its lease stores nothing for
+the schedules taken from it when it wakes. (A local helper starts the instances; the shared cluster
+harness was not on main yet.)"""
+
+from __future__ import annotations
+
+import functools
+import re
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from daemon.config_types import Duration
+from daemon.fakes.bilibili import BilibiliSim, serve_sim
+from daemon.store.postgres import PostgresBackend
+from daemon.tracker.config import Limit
+from tests.conftest import NotifySocket, pg_backend
+from tests.tracker.test_tracker_process import (
+    assert_snapshotted_once,
+    read,
+    seed,
+    start,
+    wait_snapshotted,
+)
+
+pytestmark = pytest.mark.process
+
+SONGS = 300
+LEASE_S = 2
+BULK_LIMIT = 5
+"""Bulk requests per second the relay allows: three instances keeping their own windows would
+send up to three times as many."""
+CONFIG = """
+[daemon]
+state_dir = "{state}"
+[http]
+bind = "127.0.0.1:0"
+[collector]
+auto_start = false
+[cluster]
+instance = "{name}"
+lease = "{lease}s"
+[store]
+kind = "postgres"
+dsn_env = "CRAWLD_TEST_STORE_DSN"
+schema = "{schema}"
+[tracker]
+enabled = true
+base_url = "{base}"
+bulk_tick = "1s"
+bulk_size = 10
+window = "5s"
+[[tracker.proxies]]
+name = "r1"
+kind = "relay"
+url = "{base}/_sim/relay/r1"
+limits = [{{ requests = 200, per = "1s" }}]
+bulk_limits = [{{ requests = {bulk}, per = "1s" }}]
+"""
+
+
+async def held_by(db: PostgresBackend, instance: str, wait: float = 0) -> list[int]:
+    """Schedules processing by a claimant of `instance` (with `wait`: until there are some)."""
+    with trio.fail_after(wait or 10):
+        while True:
+            rows = await read(
+                db,
+                "SELECT id FROM tracker_schedules WHERE status = 'processing' AND claimant LIKE ?",
+                f"{instance}/%",
+            )
+            if rows or not wait:
+                return [r[0] for r in rows]
+            await trio.sleep(0.005)
+
+
+async def claimants(db: PostgresBackend, ids: list[int]) -> set[str]:
+    """The instances whose processes claimed (and may have finished) these schedules."""
+    rows = await read(
+        db,
+        "SELECT DISTINCT claimant FROM tracker_schedules WHERE id IN ("
+        + ",".join("?" * len(ids))
+        + ")",
+        *ids,
+    )
+    return {str(c).split("/")[0] for (c,) in rows}
+
+
+async def test_three_instances_share_the_relay_and_take_over_a_killed_ones_schedules(
+    tmp_path: Path, pg_schema: tuple[str, str]
+) -> None:
+    dsn, schema = pg_schema
+    db = pg_backend(dsn, schema)
+    sim = BilibiliSim(
+        seed=3,
+        limits=[Limit(requests=200, per=Duration(1))],
+        bulk_limits=[Limit(requests=BULK_LIMIT, per=Duration(1))],
+        latency_ms=(50, 150),
+    )
+    env = {"CRAWLD_TEST_STORE_DSN": dsn}
+    procs: dict[str, trio.Process] = {}
+    bases: dict[str, str] = {}
+    sockets = {name: NotifySocket() for name in "abc"}
+    try:
+        async with trio.open_nursery() as nursery:
+            shutdown = trio.Event()
+            host, port = await nursery.start(
+                functools.partial(serve_sim, sim, "127.0.0.1:0", shutdown=shutdown)
+            )
+            base = f"http://{host}:{port}"
+            for name in "abc":
+                (tmp_path / name).mkdir()
+                path = tmp_path / f"{name}.toml"
+                path.write_text(
+                    CONFIG.format(
+                        state=tmp_path / name,
+                        name=name,
+                        lease=LEASE_S,
+                        schema=schema,
+                        base=base,
+                        bulk=BULK_LIMIT,
+                    )
+                )
+                procs[name], bases[name] = await start(path, sockets[name], env)
+            now = int(time.time() * 1000)
+            aids = await seed(db, sim, now, SONGS)
+
+            await held_by(db, "b", wait=30)
+            procs["b"].send_signal(signal.SIGKILL)
+            await procs["b"].wait()
+            killed_ms = int(time.time() * 1000)
+            orphans = await held_by(db, "b")
+            assert orphans  # killed holding claimed schedules
+
+            # c is paused past its lease holding claims: a takes them over; c, woken, must
+            # store nothing for them
+            paused = await held_by(db, "c", wait=10)
+            procs["c"].send_signal(signal.SIGSTOP)
+            with trio.fail_after(LEASE_S * 3 + 5):
+                while (await claimants(db, paused)) != {"a"}:
+                    await trio.sleep(0.05)
+            procs["c"].send_signal(signal.SIGCONT)
+
+            await wait_snapshotted(db, now, SONGS, 90)
+            async with httpx.AsyncClient() as http:
+                metrics = (await http.get(bases["c"] + "/metrics", timeout=10)).text
+            leases = await read(
+                db, "SELECT name, holder FROM cluster_leases WHERE name LIKE 'tracker:%'"
+            )
+            shutdown.set()
+            for name in "ac":
+                procs[name].send_signal(signal.SIGTERM)
+                await procs[name].wait()
+    finally:
+        for proc in procs.values():
+            if proc.returncode is None:
+                proc.kill()
+        for sock in sockets.values():
+            sock.close()
+
+    assert sim.rejected_412 == 0, sim.rejected_by_client
+    await assert_snapshotted_once(db, now, aids)
+    # the killed instance's schedules were finished by the others, claimed again within the
+    # lease (its membership ran out) and a tick of the reclaim duty and of the bulk tick
+    taken = await read(
+        db,
+        "SELECT id, claimant, status, started_ms FROM tracker_schedules WHERE id IN ("
+        + ",".join("?" * len(orphans))
+        + ")",
+        *orphans,
+    )
+    assert len(taken) == len(orphans)
+    assert all(not claimant.startswith("b/") for _, claimant, _, _ in taken)
+    took_ms = max(started for *_, started in taken) - killed_ms
+    assert took_ms <= (LEASE_S + 3) * 1000, took_ms
+    # one discovery pass at the start and at most one after the failover: a singleton
+    assert sim.requests["newlist"] <= 2
+    assert {holder for _, holder in leases} <= {"a", "c"}
+    assert await claimants(db, paused) == {"a"}
+    stale = re.search(r"^crawld_tracker_stale_finishes_total(?:\{[^}]*\})? (\S+)", metrics, re.M)
+    print(
+        f"orphans={len(orphans)} taken over in {took_ms} ms; paused={len(paused)},"
+        f" stale finishes dropped by c={stale and stale.group(1)}; requests={sim.requests}"
+    )
