@@ -7,13 +7,7 @@ runs on one instance; an instance paused past its membership stores nothing stal
 from __future__ import annotations
 
 import functools
-import os
-import signal
-import socket
-import sys
 from collections import Counter
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,13 +16,12 @@ import trio
 from starlette.responses import Response
 
 from daemon.fakes.site import SiteSim, serve_site
+from tests.cluster.harness import DSN_ENV, Instances, wait_for
 
 pytestmark = pytest.mark.process
 
-ROOT = Path(__file__).resolve().parents[2]
 PAGES = 240
 CONCURRENCY = 2
-DSN_ENV = "CRAWLD_TEST_STORE_DSN"
 LATENCY_S = 0.03
 
 
@@ -40,96 +33,6 @@ class SlowSite(SiteSim):
         if path.startswith("/pages/"):
             await trio.sleep(LATENCY_S)
         return await super()._site(path, origin, host_header)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Instances:
-    """crawld processes, one folder and port each, on one schema (a local stand-in for
-    tests/cluster/harness.py)."""
-
-    def __init__(self, tmp_path: Path, dsn: str, schema: str) -> None:
-        self.tmp_path = tmp_path
-        self.env = {k: v for k, v in os.environ.items()
-                    if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "STATE_DIRECTORY")}  # fmt: skip
-        # A process paused inside a transaction must not hold its row locks (and with them the
-        # other instances' writers and heartbeats) for the length of the pause.
-        sep = "&" if "?" in dsn else "?"
-        self.env[DSN_ENV] = f"{dsn}{sep}options=-c%20idle_in_transaction_session_timeout%3D1000"
-        self.schema = schema
-        self.ports: dict[str, int] = {}
-        self.procs: dict[str, trio.Process] = {}
-
-    def url(self, name: str) -> str:
-        return f"http://127.0.0.1:{self.ports[name]}"
-
-    async def start(self, name: str) -> None:
-        folder = self.tmp_path / name
-        folder.mkdir(exist_ok=True)
-        port = self.ports.setdefault(name, free_port())
-        (folder / "crawld.toml").write_text(f"""
-[daemon]
-state_dir = "state"
-[http]
-bind = "127.0.0.1:{port}"
-[collector]
-enabled = false
-[crawl]
-allow_cidrs = ["127.0.0.0/8"]
-concurrency = {CONCURRENCY}
-[cluster]
-instance = "{name}"
-lease = "2s"
-[store]
-kind = "postgres"
-dsn_env = "{DSN_ENV}"
-schema = "{self.schema}"
-""")
-        command = [sys.executable, "-m", "daemon", "run", "--config", str(folder / "crawld.toml")]
-        self.procs[name] = await trio.lowlevel.open_process(
-            command, env=self.env, cwd=ROOT, stderr=(folder / "stderr.log").open("wb")
-        )
-        async with httpx.AsyncClient(trust_env=False, timeout=2) as client:
-            with trio.fail_after(30):
-                while True:
-                    try:
-                        if (await client.get(f"{self.url(name)}/healthz")).status_code == 200:
-                            return
-                    except httpx.TransportError:
-                        pass
-                    await trio.sleep(0.05)
-
-    def kill9(self, name: str) -> None:
-        self.procs[name].kill()
-
-    def signal(self, name: str, signum: int) -> None:
-        self.procs[name].send_signal(signum)
-
-    async def aclose(self) -> None:
-        for proc in self.procs.values():
-            if proc.returncode is None:
-                proc.kill()
-            await proc.wait()
-
-
-@pytest.fixture
-async def instances(tmp_path: Path, pg_schema: tuple[str, str]) -> AsyncIterator[Instances]:
-    group = Instances(tmp_path, *pg_schema)
-    try:
-        yield group
-    finally:
-        with trio.CancelScope(shield=True):
-            await group.aclose()
-
-
-async def poll(predicate: Any, timeout: float) -> None:
-    with trio.fail_after(timeout):
-        while not await predicate():
-            await trio.sleep(0.05)
 
 
 async def documents(client: httpx.AsyncClient, job_id: str) -> list[str]:
@@ -147,7 +50,15 @@ async def test_three_instances_share_a_crawl_survive_a_kill_and_cancel_from_anyw
 ) -> None:
     site = SlowSite(pages=PAGES, paragraphs=1)
     await nursery.start(functools.partial(serve_site, site))
+    # A process paused inside a transaction must not hold its row locks (and with them the
+    # other instances' writers and heartbeats) for the length of the pause.
+    dsn = instances.env[DSN_ENV]
+    sep = "&" if "?" in dsn else "?"
+    instances.env[DSN_ENV] = f"{dsn}{sep}options=-c%20idle_in_transaction_session_timeout%3D1000"
     for name in ("a", "b", "c"):
+        instances.add(
+            name, f'[crawl]\nallow_cidrs = ["127.0.0.0/8"]\nconcurrency = {CONCURRENCY}\n'
+        )
         await instances.start(name)
     clients = {
         n: httpx.AsyncClient(base_url=instances.url(n), trust_env=False, timeout=10)
@@ -170,7 +81,7 @@ async def test_three_instances_share_a_crawl_survive_a_kill_and_cancel_from_anyw
     job = (await clients["a"].post("/v2/crawl", json=body)).json()["id"]
     for name in ("b", "c"):  # every instance answers for it
         assert (await clients[name].get(f"/v2/crawl/{job}?limit=1")).status_code == 200
-    await poll(lambda: _done(status("c", job)), 90)
+    await wait_for(lambda: _done(status("c", job)), 90)
     assert await status("b", job) == "completed"
     docs = await documents(clients["b"], job)
     assert len(docs) == len(set(docs)) == PAGES and set(docs) == expected
@@ -185,11 +96,11 @@ async def test_three_instances_share_a_crawl_survive_a_kill_and_cancel_from_anyw
     async def a_third() -> bool:
         return sum(tree_hits().values()) >= PAGES // 3
 
-    await poll(a_third, 60)
+    await wait_for(a_third, 60)
     instances.kill9("a")
     at_kill = sum(tree_hits().values())
     assert at_kill < PAGES, "the crawl finished before the kill"
-    await poll(lambda: _done(status("b", job)), 90)
+    await wait_for(lambda: _done(status("b", job)), 90)
     assert await status("c", job) == "completed"
     docs = await documents(clients["c"], job)
     assert len(docs) == len(set(docs)) == PAGES and set(docs) == expected
@@ -205,10 +116,10 @@ async def test_three_instances_share_a_crawl_survive_a_kill_and_cancel_from_anyw
     async def started() -> bool:
         return sum(tree_hits().values()) >= 20
 
-    await poll(started, 60)
+    await wait_for(started, 60)
     answer = await clients["c"].delete(f"/v2/crawl/{job}")
     assert answer.status_code == 200, answer.text
-    await poll(lambda: _cancelled(status("b", job)), 10)
+    await wait_for(lambda: _cancelled(status("b", job)), 10)
     await trio.sleep(1.0)  # in-flight pages end
     settled = sum(tree_hits().values())
     await trio.sleep(2.0)
@@ -222,7 +133,7 @@ async def test_three_instances_share_a_crawl_survive_a_kill_and_cancel_from_anyw
              "crawlEntireDomain": True,
              "includePaths": ["^/chain/"]}  # fmt: skip
     job = (await clients["c"].post("/v2/crawl", json=paced)).json()["id"]
-    await poll(lambda: _done(status("b", job)), 60)
+    await wait_for(lambda: _done(status("b", job)), 60)
     assert await status("c", job) == "completed"
     gained = sorted([await fetched_by(n) - before[n] for n in ("b", "c")])
     assert gained == [0, site.chain_depth], gained
@@ -231,11 +142,11 @@ async def test_three_instances_share_a_crawl_survive_a_kill_and_cancel_from_anyw
     # nothing of what it had in flight.
     site.counts.clear()
     job = (await clients["b"].post("/v2/crawl", json=body)).json()["id"]
-    await poll(a_third, 60)
-    instances.signal("c", signal.SIGSTOP)
+    await wait_for(a_third, 60)
+    instances.pause("c")
     await trio.sleep(4.0)  # lease 2 s: c's membership runs out, b takes its rows
-    instances.signal("c", signal.SIGCONT)
-    await poll(lambda: _done(status("c", job)), 90)
+    instances.resume("c")
+    await wait_for(lambda: _done(status("c", job)), 90)
     assert await status("b", job) == "completed"
     docs = await documents(clients["c"], job)
     assert len(docs) == len(set(docs)) == PAGES and set(docs) == expected
