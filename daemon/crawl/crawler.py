@@ -69,7 +69,7 @@ log = get_logger("crawl")
 
 REFILL = 256
 """Queued frontier rows a job loads at a time."""
-POLL_S = 0.25
+POLL_S = 0.1
 """How often a worker with nothing to claim looks again (other instances hold the rest)."""
 ENDING_POLL_S = 1.0
 """How often a running job looks whether its end was decided elsewhere (a DELETE on another

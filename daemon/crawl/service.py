@@ -36,7 +36,7 @@ from daemon.store import DB_ERRORS, Conn, Store, StoreClosed
 log = get_logger("crawl")
 
 _encode = msgspec.json.Encoder().encode
-SCAN_S = 1.0
+SCAN_S = 0.5
 """How often the running jobs are looked for (those created elsewhere start within this)."""
 
 
