@@ -67,8 +67,6 @@ from daemon.store import DB_ERRORS, Conn, Store, StoreClosed
 _STORE_FAILURES: tuple[type[BaseException], ...] = (*DB_ERRORS, StoreClosed)
 log = get_logger("crawl")
 
-REFILL = 256
-"""Queued frontier rows a job loads at a time."""
 POLL_S = 0.1
 """How often a worker with nothing to claim looks again (other instances hold the rest)."""
 ENDING_POLL_S = 1.0
@@ -246,8 +244,8 @@ class JobRun:
         self.queue: deque[crawlstore.FrontierEntry] = deque()
         self.in_flight = 0
         self.generation = 0
-        self.dry: tuple[int, float] | None = None
-        """(generation, trio time) of the last claim that found nothing to take."""
+        self.dry: int | None = None
+        """`generation` at the last claim that found nothing to take."""
         self.lot = trio.lowlevel.ParkingLot()
         self.refill_lock = trio.Lock()
         self.work_scope = trio.CancelScope()
@@ -444,7 +442,7 @@ class JobRun:
             async with self.refill_lock:
                 if self.queue or self.ended:
                     continue
-                if self.dry is not None and self.dry[0] == self.generation:
+                if self.dry == self.generation:
                     backlog = None  # another worker just found nothing: wait with it
                 else:
                     want = max(1, self.concurrency - self.in_flight)
@@ -452,7 +450,7 @@ class JobRun:
                         lambda c: self._claim_tx(c, want)  # noqa: B023
                     )
                     self.queue.extend(rows)
-                    self.dry = None if rows else (self.generation, trio.current_time())
+                    self.dry = None if rows else self.generation
             if self.queue:
                 continue
             if backlog is not None:
