@@ -258,19 +258,22 @@ class CrawlService:
             job_id = str(uuid.UUID(job_id))
         except ValueError:
             return False
+        record = await self.jobs.get_job(job_id)
+        if record is None or record.finished:
+            return False
         decided = await self.store.write(
             lambda c: crawlstore.conclude(c, job_id, self.claimant, "cancelled")
         )
         if decided is None:
             return False
-        if (run := self.runs.get(job_id)) is not None:
-            run.stop()
         row = await self.store.read(lambda c: crawlstore.get_job(c, job_id))
         kind = row.kind if row is not None else "crawl"
-        applied = await apply_end(self.store, self.jobs, kind, job_id, decided, None)
-        if applied and decided == "cancelled":
-            log.info("crawl job cancelled", job=job_id)
-        return applied and decided == "cancelled"
+        # The local run (if any) may apply it first: either way the job ends as decided.
+        if await apply_end(self.store, self.jobs, kind, job_id, decided, None):
+            log.info("crawl job ended by a cancel", job=job_id, status=decided)
+        if (run := self.runs.get(job_id)) is not None:
+            run.stop()
+        return decided == "cancelled"
 
     def fetching(self) -> int:
         """Pages being fetched right now, over every engine still in use."""

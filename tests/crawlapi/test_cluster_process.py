@@ -7,6 +7,7 @@ runs on one instance; an instance paused past its membership stores nothing stal
 from __future__ import annotations
 
 import functools
+import json
 from collections import Counter
 from typing import Any
 
@@ -14,6 +15,8 @@ import httpx
 import pytest
 import trio
 from starlette.responses import Response
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 from daemon.fakes.site import SiteSim, serve_site
 from tests.cluster.harness import DSN_ENV, Instances, wait_for
@@ -43,6 +46,26 @@ async def documents(client: httpx.AsyncClient, job_id: str) -> list[str]:
         urls += [d["metadata"]["sourceURL"] for d in page["data"]]
         url = page.get("next")
     return urls
+
+
+async def watch(base: str, job_id: str, into: dict[str, list[str]], key: str) -> None:
+    """Read the crawl's WebSocket watcher to its close: the sourceURL of every document."""
+
+    def run() -> list[str]:
+        docs: list[dict[str, Any]] = []
+        with connect(f"ws{base.removeprefix('http')}/v2/crawl/{job_id}", open_timeout=10) as ws:
+            try:
+                while True:
+                    message = json.loads(ws.recv(timeout=60))
+                    if message["type"] == "catchup":
+                        docs += message["data"]["data"]
+                    elif message["type"] == "document":
+                        docs.append(message["data"])
+            except ConnectionClosed:
+                pass
+        return [d["metadata"]["sourceURL"] for d in docs]
+
+    into[key] = await trio.to_thread.run_sync(run)
 
 
 async def test_three_instances_share_a_crawl_survive_a_kill_and_cancel_from_anywhere(
@@ -133,10 +156,15 @@ async def test_three_instances_share_a_crawl_survive_a_kill_and_cancel_from_anyw
              "crawlEntireDomain": True,
              "includePaths": ["^/chain/"]}  # fmt: skip
     job = (await clients["c"].post("/v2/crawl", json=paced)).json()["id"]
-    await wait_for(lambda: _done(status("b", job)), 60)
-    assert await status("c", job) == "completed"
+    watched: dict[str, list[str]] = {}
+    async with trio.open_nursery() as watchers:  # the one not fetching sees every page too
+        for name in ("b", "c"):
+            watchers.start_soon(watch, instances.url(name), job, watched, name)
+    assert await status("b", job) == "completed"
     gained = sorted([await fetched_by(n) - before[n] for n in ("b", "c")])
     assert gained == [0, site.chain_depth], gained
+    chain = sorted(f"http://127.0.0.1:{site.port}/chain/{d}" for d in range(site.chain_depth))
+    assert sorted(watched["b"]) == sorted(watched["c"]) == chain
 
     # 5. c paused past its membership mid-crawl: b claims c's rows again; c wakes up and stores
     # nothing of what it had in flight.
@@ -150,8 +178,10 @@ async def test_three_instances_share_a_crawl_survive_a_kill_and_cancel_from_anyw
     assert await status("b", job) == "completed"
     docs = await documents(clients["c"], job)
     assert len(docs) == len(set(docs)) == PAGES and set(docs) == expected
-    hits = tree_hits()
-    assert len(hits) == PAGES and max(hits.values()) <= 2
+    # Every page fetched, but no bound on repeats here: while PostgreSQL has not yet dropped a
+    # transaction c left open, the others' writers (and heartbeats) wait for its row lock, so
+    # they too may look dead for a moment and lose rows they were fetching.
+    assert len(tree_hits()) == PAGES
     for client in clients.values():
         await client.aclose()
 
