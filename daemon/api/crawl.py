@@ -190,7 +190,7 @@ def routes(service: CrawlService) -> list[ApiRoute]:
 
     status_routes = [
         dataclasses.replace(
-            r,
+            cancel_anywhere(r, service),
             path=r.path.replace("/v2/crawl/", "/v2/batch/scrape/"),
             summary=r.summary.replace("A job", "A batch scrape job"),
         )
@@ -233,6 +233,22 @@ def routes(service: CrawlService) -> list[ApiRoute]:
                  response=models.ConcurrencyCheck),
         *status_routes,
     ]  # fmt: skip
+
+
+def cancel_anywhere(route: ApiRoute, service: CrawlService) -> ApiRoute:
+    """The jobs API's DELETE route, cancelling a crawl or batch through the store first (so
+    every instance working on it stops, whichever instance took the call); other jobs, unknown
+    and finished ones are the jobs API's answer. Other routes are returned as they are."""
+    if route.method != "DELETE":
+        return route
+    jobs_cancel = route.handler
+
+    async def cancel(request: Request) -> Response:
+        if await service.cancel(request.path_params["id"]):
+            return json(jobs_api.CancelResult(status="cancelled"))
+        return await jobs_cancel(request)
+
+    return dataclasses.replace(route, handler=cancel)
 
 
 def _uuid(value: str, path: str) -> None:

@@ -1,7 +1,8 @@
 # Wires the Firecrawl-compatible crawl API into the daemon: the CrawlService (runs crawl and batch
 # jobs, resumes them after a restart) as a supervised component, its routes (placed before the
-# jobs API's so /v2/crawl/active is not read as a job id), the `crawl` /status section and the
-# reload hook that gives new jobs the new [crawl] limits.
+# jobs API's so /v2/crawl/active is not read as a job id; the jobs API's DELETE /v2/crawl/{id}
+# cancels a crawl through the store first, so it reaches every instance), the `crawl` /status
+# section and the reload hook that gives new jobs the new [crawl] limits.
 from __future__ import annotations
 
 from typing import Any
@@ -23,7 +24,7 @@ def install(daemon: Daemon) -> None:
     if not cfg.enabled:
         return
     assert daemon.store is not None and daemon.jobs is not None
-    service = CrawlService(cfg, daemon.store, daemon.jobs)
+    service = CrawlService(cfg, daemon.store, daemon.jobs, cluster=daemon.cluster)
     daemon.parts["crawl"] = service
 
     async def run_crawl(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
@@ -40,5 +41,9 @@ def install(daemon: Daemon) -> None:
 
     daemon.add_component("crawl", run_crawl)
     daemon.routes[:0] = crawl_api.routes(service)
+    daemon.routes[:] = [
+        crawl_api.cancel_anywhere(r, service) if r.path == "/v2/crawl/{id}" else r
+        for r in daemon.routes
+    ]
     daemon.status_sections["crawl"] = crawl_section
     daemon.reload_hooks.append(on_reload)

@@ -10,12 +10,23 @@
 # job, events issued in commit order) without serialising the fetches, and group-commits pages
 # when a crawl is fast.
 #
-# Only the pages between fetch and commit are lost at a kill -9: at most [crawl] concurrency being
-# fetched, as many waiting for the committer and a batch of them being committed.
+# Cluster mode: every instance runs a JobRun for every running crawl (the service's scan picks up
+# those it did not create). Workers claim frontier rows for this process (`claimant`), as many
+# as they can fetch now, so pages spread over the instances; a commit stores only the pages whose
+# rows this process still holds, after `lock_job`, which orders the commits of one crawl over
+# every instance and says whether the crawl ended. The crawl's end (completed, cancelled, failed)
+# is decided once, by `conclude` (see daemon/crawl/store.py), and the process that decided it
+# gives the job its final status. A paced crawl (delay or Crawl-delay) runs in one place: under
+# the lease `crawl:<job id>`, whose holder claims every queued row and checks the lease in each
+# write; the others wait for the lease. The kickoff (start URL, sitemap) runs under the same lease.
 #
-# Cancel (DELETE) stops the fetch workers at once; the committer still stores what had finished,
-# then the job gets its final status and terminal event. A daemon shutdown cancels everything and
-# leaves the job `scraping` for the next start.
+# Only the pages between fetch and commit are lost at a kill -9: at most [crawl] concurrency being
+# fetched, as many waiting for the committer and a batch of them being committed; their rows stay
+# queued, claimed by a dead process, and another instance claims and fetches them again.
+#
+# Cancel (DELETE, on whichever instance works on the crawl) decides the end `cancelled` in the
+# store: every instance finds it at its next claim or commit, claims nothing more and drops what
+# it had in flight. A daemon shutdown cancels everything and leaves the job `scraping`.
 from __future__ import annotations
 
 import contextlib
@@ -32,6 +43,8 @@ import msgspec
 import trio
 
 from daemon.clock import EpochClock, wall_ms
+from daemon.cluster import Cluster, Lease
+from daemon.cluster import store as cluster_store
 from daemon.crawl import rules
 from daemon.crawl import store as crawlstore
 from daemon.crawl.browser import BrowserPool
@@ -54,8 +67,11 @@ from daemon.store import DB_ERRORS, Conn, Store, StoreClosed
 _STORE_FAILURES: tuple[type[BaseException], ...] = (*DB_ERRORS, StoreClosed)
 log = get_logger("crawl")
 
-REFILL = 256
-"""Queued frontier rows a job loads at a time."""
+POLL_S = 0.1
+"""How often a worker with nothing to claim looks again (other instances hold the rest)."""
+ENDING_POLL_S = 1.0
+"""How often a running job looks whether its end was decided elsewhere (a DELETE on another
+instance), to drop the pages it is fetching instead of finishing them for nothing."""
 COMMIT_BATCH = 64
 """Most finished pages stored in one transaction (and at most [crawl] concurrency)."""
 CPU_THREADS = 2
@@ -119,6 +135,10 @@ class Failed:
 Outcome = Page | Failed
 
 
+class CrawlEnded(Exception):
+    """The crawl's end was decided (by any instance): nothing more is stored for it here."""
+
+
 @dataclass
 class Engine:
     """What every job shares: the fetcher, the per-host gate and the global limits."""
@@ -169,8 +189,14 @@ class JobRun:
         jobs: JobManager,
         row: crawlstore.CrawlJobRow,
         clock_ms: EpochClock = wall_ms,
+        cluster: Cluster | None = None,
+        claimant: str = "",
     ) -> None:
         self.engine = engine
+        self.cluster = cluster
+        self.claimant = claimant
+        self.lease_name = f"crawl:{row.job_id}"
+        self.lease: Lease | None = None
         self.store = store
         self.jobs = jobs
         self.row = row
@@ -216,13 +242,16 @@ class JobRun:
         self.concurrency = 1
         self.pace: float | None = None
         self.queue: deque[crawlstore.FrontierEntry] = deque()
-        self.last_n = 0
         self.in_flight = 0
         self.generation = 0
+        self.dry: int | None = None
+        """`generation` at the last claim that found nothing to take."""
         self.lot = trio.lowlevel.ParkingLot()
         self.refill_lock = trio.Lock()
         self.work_scope = trio.CancelScope()
-        self.cancelled = False
+        self.cancel_asked = False
+        self.ended = False
+        self.prepared = False
         self.started = False
         self.fetched = 0
         self.failed = 0
@@ -230,57 +259,96 @@ class JobRun:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Work the job to its end and give it its final status; returns early (job left
-        running) when the daemon stops."""
+        """Work on the job until its end is decided; the process that decides it gives the job
+        its final status. Returns early (job left running) when the daemon stops."""
         try:
             cancel = self.jobs.cancel_requested(self.job_id)
         except JobNotFound:
             return
-        status: str = "completed"
-        error: str | None = None
         async with trio.open_nursery() as watcher:
 
             async def watch() -> None:
                 await cancel.wait()
-                self.cancelled = True
+                self.cancel_asked = True
                 self.work_scope.cancel()
 
+            async def watch_store() -> None:
+                while True:
+                    await trio.sleep(ENDING_POLL_S)
+                    with contextlib.suppress(*DB_ERRORS):
+                        ending = await self.store.read(
+                            lambda c: crawlstore.job_ending(c, self.job_id)
+                        )
+                        if ending is not None:
+                            self.stop()
+
             watcher.start_soon(watch)
-            try:
-                await self._work()
-            except (StoreClosed, trio.Cancelled):
-                raise
-            except JobFinished:
-                self.cancelled = True
-            except Exception as exc:
-                log.error("crawl job failed", job=self.job_id, exc_info=exc)
-                status, error = "failed", f"internal error: {type(exc).__name__}"
+            watcher.start_soon(watch_store)
+            status, error = await self._until_ended()
             watcher.cancel_scope.cancel()
-        if self.cancelled:
-            status = "cancelled"
-        crawl_jobs.labels(self.row.kind, status).inc()
-        try:
-            await self.jobs.finish(self.job_id, status, error)  # type: ignore[arg-type]
-        except (JobFinished, JobNotFound):
-            return
-        log.info("crawl job finished", job=self.job_id, status=status, pages=self.fetched,
-                 failed=self.failed)  # fmt: skip
-        await self._purge()
+        if status is not None and await apply_end(
+            self.store, self.jobs, self.row.kind, self.job_id, status, error
+        ):
+            log.info("crawl job finished", job=self.job_id, status=status, pages=self.fetched,
+                     failed=self.failed)  # fmt: skip
+
+    async def _until_ended(self) -> tuple[str | None, str | None]:
+        """(final status, error) when this process is to apply the job's end, (None, None) when
+        another does."""
+        while True:
+            ending, error = "completed", None
+            if not self.cancel_asked:
+                try:
+                    with trio.CancelScope() as self.work_scope:
+                        await self._work()
+                except (StoreClosed, trio.Cancelled):
+                    raise
+                except JobFinished:
+                    return None, None
+                except Exception as exc:
+                    log.error("crawl job failed", job=self.job_id, exc_info=exc)
+                    ending, error = "failed", f"internal error: {type(exc).__name__}"
+            if self.cancel_asked:
+                ending = "cancelled"
+            decided = await self.store.write(
+                functools.partial(
+                    crawlstore.conclude, job_id=self.job_id, claimant=self.claimant, ending=ending
+                )
+            )
+            if decided is not None:
+                return decided, error if decided == ending else None
+            if await self.store.read(lambda c: crawlstore.job_ending(c, self.job_id)):
+                return None, None
+            await trio.sleep(POLL_S)
 
     async def _work(self) -> None:
-        # Bounded so fetching cannot run far ahead of storing: a kill loses (and a restart
-        # fetches again) at most the pages being fetched, waiting here and being committed.
+        if not self.prepared:
+            await self._prepare()
+            self.prepared = True
+        self.ended = False
+        if self.pace is not None and self.cluster is not None:
+            await self.cluster.run_owned(self.lease_name, self._fetch_all)
+        else:
+            await self._fetch_all(None)
+
+    async def _fetch_all(self, lease: Lease | None) -> None:
+        # Bounded so fetching cannot run far ahead of storing: a kill loses (and another
+        # instance fetches again) at most the pages being fetched, waiting here and committed.
+        self.lease = lease
+        self.queue.clear()
+        self.in_flight = 0
+        await self.store.write(
+            functools.partial(crawlstore.release_claims, job_id=self.job_id, claimant=self.claimant)
+        )
         send, recv = trio.open_memory_channel[Outcome](self.engine.config.concurrency)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._committer, recv)
-            async with send:
-                with self.work_scope:
-                    async with self.engine.job_slots:
-                        self.started = True
-                        await self._prepare()
-                        async with trio.open_nursery() as workers:
-                            for _ in range(self.concurrency):
-                                workers.start_soon(self._worker, send.clone())
+            async with send, self.engine.job_slots:
+                self.started = True
+                await self._kick_off_once(lease)
+                async with trio.open_nursery() as workers:
+                    for _ in range(self.concurrency):
+                        workers.start_soon(self._worker, send.clone())
 
     async def _prepare(self) -> None:
         if self.plan is not None:
@@ -295,17 +363,29 @@ class JobRun:
                 ignore_robots=request.ignoreRobotsTxt,
                 global_concurrency=self.engine.config.concurrency,
             )
-            if not self.row.kicked_off:
-                await self._kickoff()
         else:
             self.concurrency = min(
                 self.max_concurrency or self.engine.config.concurrency,
                 self.engine.config.concurrency,
             )
 
-    async def _kickoff(self) -> None:
+    async def _kick_off_once(self, lease: Lease | None) -> None:
+        """The kickoff, by one instance: under the crawl's lease (held already by a paced
+        crawl's owner), skipped when another instance did it."""
+        if self.plan is None or await self.store.read(
+            lambda c: crawlstore.kicked_off(c, self.job_id)
+        ):
+            return
+        if lease is None and self.cluster is not None:
+            await self.cluster.run_owned(self.lease_name, self._kickoff, again=False)
+        else:
+            await self._kickoff(lease)
+
+    async def _kickoff(self, lease: Lease | None) -> None:
         """Admit the start URL and (sitemap include|only) the sitemap's URLs, at depth 0."""
         assert self.plan is not None and self.scope is not None
+        if await self.store.read(lambda c: crawlstore.kicked_off(c, self.job_id)):
+            return
         request = self.plan.request
         start = request.url
         found: list[str] = []
@@ -326,10 +406,13 @@ class JobRun:
         candidates = [(start_key, start, 0), *admission.candidates]
 
         def tx(conn: Conn) -> None:
+            if lease is not None:
+                lease.check(conn)
             jobstore.require_running(conn, self.job_id)
+            if not crawlstore.set_kicked_off(conn, self.job_id):
+                return
             crawlstore.admit(conn, self.job_id, candidates, int(self.plan.limit))  # type: ignore[union-attr]
             self._blocked_in_tx(conn, admission.robots_blocked)
-            crawlstore.set_kicked_off(conn, self.job_id)
             jobstore.set_total(conn, self.job_id, crawlstore.admitted(conn, self.job_id))
 
         await self.store.write(tx)
@@ -337,14 +420,10 @@ class JobRun:
     def _robots_allowed(self, url: str) -> bool:
         return self.robots.allowed(url)
 
-    async def _purge(self) -> None:
-        """The frontier of a finished job is no longer needed (documents and errors stay)."""
-        step = functools.partial(crawlstore.purge_frontier, job_id=self.job_id, chunk=2000)
-        try:
-            while not await self.store.write(lambda c: step(c)):
-                pass
-        except _STORE_FAILURES as exc:
-            log.warning("frontier not purged", job=self.job_id, error=str(exc))
+    def stop(self) -> None:
+        """The crawl ended (decided here or elsewhere): drop what is in flight now."""
+        self.ended = True
+        self.work_scope.cancel()
 
     def wake(self) -> None:
         """New frontier rows were stored outside this run (batch appendToId)."""
@@ -358,25 +437,50 @@ class JobRun:
             if self.queue:
                 self.in_flight += 1
                 return self.queue.popleft()
-            seen = self.generation
+            if self.ended:
+                return None
             async with self.refill_lock:
-                if not self.queue:
-                    rows = await self.store.read(
-                        functools.partial(
-                            crawlstore.queued, job_id=self.job_id, after_n=self.last_n, limit=REFILL
-                        )
+                if self.queue or self.ended:
+                    continue
+                if self.dry == self.generation:
+                    backlog = None  # another worker just found nothing: wait with it
+                else:
+                    want = max(1, self.concurrency - self.in_flight)
+                    rows, backlog = await self.store.write(
+                        lambda c: self._claim_tx(c, want)  # noqa: B023
                     )
-                    if rows:
-                        self.last_n = rows[-1].n
-                        self.queue.extend(rows)
+                    self.queue.extend(rows)
+                    self.dry = None if rows else self.generation
             if self.queue:
                 continue
-            if self.generation != seen:
-                continue
-            if self.in_flight == 0:
-                self.lot.unpark_all()
-                return None
-            await self.lot.park()
+            if backlog is not None:
+                if backlog.ending is not None:
+                    self.ended = True
+                    self.lot.unpark_all()
+                    return None
+                if backlog.queued == 0 and self.in_flight == 0:
+                    self.lot.unpark_all()
+                    return None
+                if backlog.claimable:
+                    self.dry = None  # lost a race for those rows to another instance
+                    await trio.lowlevel.checkpoint()
+                    continue
+            with trio.move_on_after(POLL_S):
+                await self.lot.park()
+            self.dry = None
+
+    def _claim_tx(
+        self, conn: Conn, want: int
+    ) -> tuple[list[crawlstore.FrontierEntry], _Backlog | None]:
+        if self.lease is not None:
+            self.lease.check(conn)
+        owner = self.lease is not None
+        rows = crawlstore.claim(conn, self.job_id, self.claimant, want, owner=owner)
+        if rows:
+            return rows, None
+        left = crawlstore.backlog(conn, self.job_id, self.claimant)
+        ending = crawlstore.job_ending(conn, self.job_id)
+        return [], _Backlog(left.queued, 0 if owner else left.claimable, ending)
 
     async def _worker(self, send: trio.MemorySendChannel[Outcome]) -> None:
         async with send:
@@ -447,8 +551,8 @@ class JobRun:
         at = self.clock_ms()
         try:
             pendings = await self.store.write(lambda conn: self._commit_tx(conn, batch, at))
-        except JobFinished:
-            self.cancelled = True
+        except (JobFinished, CrawlEnded):
+            self.ended = True
             self.work_scope.cancel()
             pendings = []
         except DB_ERRORS as exc:
@@ -475,11 +579,15 @@ class JobRun:
     def _commit_tx(self, conn: Conn, batch: list[Outcome], at: int) -> list[PendingEvents]:
         """Runs in the store's writer: one transaction for a batch of finished pages."""
         job_id = self.job_id
+        if self.lease is not None:
+            self.lease.check(conn)
+        if (ending := crawlstore.lock_job(conn, job_id)) is not None:
+            raise CrawlEnded(ending)
         pendings: list[PendingEvents] = []
         for outcome in batch:
             entry = outcome.entry
-            if crawlstore.state_of(conn, job_id, entry.n) != "queued":
-                continue  # a duplicate (another page's redirect target) or already stored
+            if not crawlstore.held_by(conn, job_id, entry.n, self.claimant):
+                continue  # a redirect target of another page, or claimed again by another
             if isinstance(outcome, Failed):
                 jobstore.add_error(conn, job_id, code=outcome.code, error=outcome.error,
                                    url=entry.url, at_ms=at)  # fmt: skip
@@ -521,6 +629,34 @@ class JobRun:
             "fetched": self.fetched,
             "failed": self.failed,
         }
+
+
+class _Backlog(msgspec.Struct, frozen=True):
+    queued: int
+    claimable: int
+    ending: str | None
+
+
+async def apply_end(
+    store: Store, jobs: JobManager, kind: str, job_id: str, status: str, error: str | None
+) -> bool:
+    """Give a crawl whose end this process decided (`crawlstore.conclude`) its final status and
+    terminal event, then drop its frontier and lease row (documents and errors stay). False
+    when the job
+    already had a final status."""
+    try:
+        await jobs.finish(job_id, status, error)  # type: ignore[arg-type]
+    except (JobFinished, JobNotFound):
+        return False
+    crawl_jobs.labels(kind, status).inc()
+    step = functools.partial(crawlstore.purge_frontier, job_id=job_id, chunk=2000)
+    try:
+        while not await store.write(step):
+            pass
+        await store.write(lambda c: cluster_store.drop_leases(c, f"crawl:{job_id}"))
+    except _STORE_FAILURES as exc:
+        log.warning("frontier not purged", job=job_id, error=str(exc))
+    return True
 
 
 def _origin(url: str) -> str:

@@ -1,24 +1,28 @@
 # The crawl API's one object per daemon: it creates crawl and batch jobs (through the JobManager,
 # with the job's plan and first frontier rows in the job's own creation transaction, so a crash
-# can never leave a job nothing will work on), runs a JobRun per job in its nursery, resumes the
-# running ones after a restart, and answers the synchronous /v2/scrape and /v2/map.
+# can never leave a job nothing will work on), runs a JobRun per job in its nursery, and answers
+# the synchronous /v2/scrape and /v2/map. A scan of the running jobs every SCAN_S starts a JobRun
+# for each one this process does not work on yet: those of a restart, and (cluster mode) those
+# another instance created, so every instance fetches pages of every running crawl.
 #
 # Limits come from `[crawl]`: a reload builds a new Engine (fetcher, gate, limits) for jobs
 # started afterwards; running jobs keep the engine they started with, as the config promises.
 from __future__ import annotations
 
 import contextlib
+import uuid
 from typing import Any
 
 import msgspec
 import trio
 
 from daemon.clock import EpochClock, wall_ms
+from daemon.cluster import Cluster
 from daemon.crawl import store as crawlstore
 from daemon.crawl.batch import batch_candidates
 from daemon.crawl.browser import BrowserPool
 from daemon.crawl.config import CrawlConfig
-from daemon.crawl.crawler import Engine, JobRun, new_engine
+from daemon.crawl.crawler import Engine, JobRun, apply_end, new_engine
 from daemon.crawl.fetch import Resolver
 from daemon.crawl.mapper import map_site
 from daemon.crawl.models import BatchPlan, CrawlPlan, MapRequest, ScrapeRequest
@@ -27,11 +31,13 @@ from daemon.jobs import store as jobstore
 from daemon.jobs.manager import JobManager
 from daemon.jobs.store import JobFinished, JobNotFound
 from daemon.logs import get_logger
-from daemon.store import Conn, Store, StoreClosed
+from daemon.store import DB_ERRORS, Conn, Store, StoreClosed
 
 log = get_logger("crawl")
 
 _encode = msgspec.json.Encoder().encode
+SCAN_S = 0.5
+"""How often the running jobs are looked for (those created elsewhere start within this)."""
 
 
 class CrawlService:
@@ -43,8 +49,12 @@ class CrawlService:
         *,
         resolver: Resolver | None = None,
         clock_ms: EpochClock = wall_ms,
+        cluster: Cluster | None = None,
     ) -> None:
         self.config = config
+        self.cluster = cluster
+        self.claimant = cluster.claimant if cluster is not None else f"local/{uuid.uuid4().hex[:8]}"
+        """Stamped on the frontier rows this process claims."""
         self.store = store
         self.jobs = jobs
         self.clock_ms = clock_ms
@@ -90,14 +100,13 @@ class CrawlService:
                 if self.proxy is not None and self.browser is not None:
                     await nursery.start(self.proxy.run)
                     await nursery.start(self.browser.run)
-                rows = await self.store.read(crawlstore.running_jobs)
-                for row in rows:
-                    await self.jobs.attach(row.job_id)
-                    self._spawn(row)
-                if rows:
-                    log.info("resuming crawl jobs", jobs=len(rows))
+                if found := await self._scan():
+                    log.info("working on running crawl jobs", jobs=found)
                 task_status.started()
-                await trio.sleep_forever()
+                while True:
+                    await trio.sleep(SCAN_S)
+                    with contextlib.suppress(*DB_ERRORS):
+                        await self._scan()
         finally:
             self._nursery = None
             self.runs.clear()
@@ -106,11 +115,25 @@ class CrawlService:
                     await engine.fetcher.aclose()
                 self._engines = [self.engine]
 
+    async def _scan(self) -> int:
+        """Start a JobRun for each running job without one here; returns how many started."""
+        rows = await self.store.read(crawlstore.running_jobs)
+        started = 0
+        for row in rows:
+            if row.job_id in self.runs:
+                continue
+            with contextlib.suppress(JobNotFound, JobFinished):
+                await self.jobs.attach(row.job_id)
+                self._spawn(row)
+                started += 1
+        return started
+
     def _spawn(self, row: crawlstore.CrawlJobRow) -> None:
         if self._nursery is None or row.job_id in self.runs:
             return
         try:
-            run = JobRun(self.engine, self.store, self.jobs, row, self.clock_ms)
+            run = JobRun(self.engine, self.store, self.jobs, row, self.clock_ms, self.cluster,
+                         self.claimant)  # fmt: skip
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             log.error("crawl job plan unreadable; failing the job", job=row.job_id, error=str(exc))
             self._nursery.start_soon(self._fail, row.job_id, "internal error: unreadable plan")
@@ -193,6 +216,8 @@ class CrawlService:
             row = crawlstore.get_job(conn, job_id)
             if row is None or row.kind != "batch_scrape":
                 raise JobNotFound(job_id)
+            if (ending := crawlstore.lock_job(conn, job_id)) is not None:
+                raise JobFinished(job_id, ending)
             jobstore.require_running(conn, job_id)
             offset = crawlstore.frontier_size(conn, job_id)
             crawlstore.admit(conn, job_id, batch_candidates(urls, offset), len(urls))
@@ -224,12 +249,31 @@ class CrawlService:
     async def active_crawls(self) -> list[crawlstore.CrawlJobRow]:
         return await self.store.read(lambda c: crawlstore.running_jobs(c, "crawl"))
 
-    async def cancel(self, job_id: str, kind: str) -> None:
-        """DELETE of a crawl or batch; JobNotFound, JobFinished as JobManager.cancel."""
+    async def cancel(self, job_id: str) -> bool:
+        """DELETE of a crawl or batch, from any instance: decide its end `cancelled` in the store
+        (every instance working on it claims nothing more and drops what it has in flight) and
+        give the job its final status here. False when `job_id` is no running crawl or batch:
+        the jobs API answers (404, 409, or a job of another kind)."""
+        try:
+            job_id = str(uuid.UUID(job_id))
+        except ValueError:
+            return False
+        record = await self.jobs.get_job(job_id)
+        if record is None or record.finished:
+            return False
+        decided = await self.store.write(
+            lambda c: crawlstore.conclude(c, job_id, self.claimant, "cancelled")
+        )
+        if decided is None:
+            return False
         row = await self.store.read(lambda c: crawlstore.get_job(c, job_id))
-        if row is None or row.kind != kind:
-            raise JobNotFound(job_id)
-        await self.jobs.cancel(job_id)
+        kind = row.kind if row is not None else "crawl"
+        # The local run (if any) may apply it first: either way the job ends as decided.
+        if await apply_end(self.store, self.jobs, kind, job_id, decided, None):
+            log.info("crawl job ended by a cancel", job=job_id, status=decided)
+        if (run := self.runs.get(job_id)) is not None:
+            run.stop()
+        return decided == "cancelled"
 
     def fetching(self) -> int:
         """Pages being fetched right now, over every engine still in use."""

@@ -3,6 +3,15 @@
 # jobs store), its frontier row marked done and the links it admits, so a kill -9 leaves either
 # all of it or none of it, and a restarted crawl resumes from exactly what was stored.
 #
+# Cluster mode (migration 0010): every instance fetches pages of a running crawl. A frontier row
+# is claimed by one process at a time (`claim`: one UPDATE … WHERE n IN (SELECT … LIMIT n) AND
+# still claimable, which PostgreSQL re-checks on a row another transaction changed meanwhile);
+# it stays 'queued' until the page commits, so "nothing queued" means nothing in flight anywhere
+# either. Every page commit starts with `lock_job`, which serialises the commits of one crawl
+# over every instance (their job counters and event numbers) and tells whether the crawl already
+# ended; `conclude` decides the crawl's end exactly once, in the transaction that finds nothing
+# left (or on a cancel).
+#
 # `admitted` on the job row counts the frontier rows that hold a slot of the crawl's `limit`
 # (queued or done); a failed page gives its slot back, as Firecrawl does. It is also the job's
 # `total` (completed + pending).
@@ -13,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from daemon.cluster import LIVE_CLAIMANTS
 from daemon.store import Conn, one
 
 
@@ -53,7 +63,7 @@ def _job_row(row: Any) -> CrawlJobRow:
 
 
 def running_jobs(conn: Conn, kind: str | None = None) -> list[CrawlJobRow]:
-    """Crawl and batch jobs still `scraping` (to resume after a restart, or list as active)."""
+    """Crawl and batch jobs still `scraping` (to work on, or list as active)."""
     rows: list[Any] = conn.execute(
         "SELECT c.job_id, c.kind, c.url, c.plan, c.kicked_off, j.created_ms"
         " FROM crawl_jobs c JOIN jobs j ON j.id = c.job_id"
@@ -73,8 +83,11 @@ def queued_pages(conn: Conn) -> int:
     return int(one(conn, sql)[0])
 
 
-def set_kicked_off(conn: Conn, job_id: str) -> None:
-    conn.execute("UPDATE crawl_jobs SET kicked_off = 1 WHERE job_id = ?", (job_id,))
+def set_kicked_off(conn: Conn, job_id: str) -> bool:
+    """Mark the job kicked off; False when it already was (another instance did it)."""
+    conn.execute("UPDATE crawl_jobs SET kicked_off = 1 WHERE job_id = ? AND kicked_off = 0",
+                 (job_id,))  # fmt: skip
+    return conn.changes() == 1
 
 
 def _next_n(conn: Conn, job_id: str) -> int:
@@ -174,6 +187,121 @@ def state_of(conn: Conn, job_id: str, n: int) -> str | None:
         "SELECT state FROM crawl_frontier WHERE job_id = ? AND n = ?", (job_id, n)
     ).fetchone()
     return None if row is None else str(row[0])
+
+
+def held_by(conn: Conn, job_id: str, n: int, claimant: str) -> bool:
+    """Whether the row is still queued and claimed by `claimant` (a process that was paused
+    past its membership finds its rows claimed again by another)."""
+    row = conn.execute(
+        "SELECT 1 FROM crawl_frontier WHERE job_id = ? AND n = ? AND state = 'queued'"
+        " AND claimant = ?",
+        (job_id, n, claimant),
+    ).fetchone()
+    return row is not None
+
+
+_CLAIMABLE = (
+    "state = 'queued' AND (claimant IS NULL OR (claimant <> ?1 AND (?4 = 1 OR claimant NOT IN"
+    f" {LIVE_CLAIMANTS})))"
+)
+
+
+def claim(
+    conn: Conn, job_id: str, claimant: str, limit: int, *, owner: bool = False
+) -> list[FrontierEntry]:
+    """Claim up to `limit` queued rows nobody live holds, in discovery order, for `claimant`.
+    `owner`: the caller holds the crawl's lease (a paced crawl) and takes any queued row
+    another process claimed.
+    Nothing once the crawl ended or its job has a final status. Takes the crawl's row lock
+    first, as every write of its frontier does, so claims and commits never deadlock."""
+    if lock_job(conn, job_id) is not None:
+        return []
+    rows: list[Any] = conn.execute(
+        f"UPDATE crawl_frontier SET claimant = ?1 WHERE job_id = ?2 AND {_CLAIMABLE}"
+        f" AND n IN (SELECT n FROM crawl_frontier WHERE job_id = ?2 AND {_CLAIMABLE}"
+        " ORDER BY n LIMIT ?3)"
+        " AND EXISTS (SELECT 1 FROM jobs WHERE id = ?2 AND status = 'scraping')"
+        " RETURNING n, url, depth",
+        (claimant, job_id, limit, int(owner)),
+    ).fetchall()
+    return [FrontierEntry(*r) for r in sorted(rows)]
+
+
+class Backlog(msgspec.Struct, frozen=True):
+    queued: int
+    """Rows not yet done: claimed (being fetched somewhere) or not."""
+    claimable: int
+    """Of those, rows `claimant` may claim now."""
+
+
+def backlog(conn: Conn, job_id: str, claimant: str) -> Backlog:
+    row = one(
+        conn,
+        "SELECT count(*), coalesce(sum(CASE WHEN claimant IS NULL OR (claimant <> ?1"
+        f" AND claimant NOT IN {LIVE_CLAIMANTS}) THEN 1 ELSE 0 END), 0)"
+        " FROM crawl_frontier WHERE job_id = ?2 AND state = 'queued'",
+        (claimant, job_id),
+    )
+    return Backlog(int(row[0]), int(row[1]))
+
+
+def release_claims(conn: Conn, job_id: str, claimant: str) -> None:
+    """Give back the queued rows `claimant` holds (it stops working on the crawl)."""
+    conn.execute(
+        "UPDATE crawl_frontier SET claimant = NULL WHERE job_id = ? AND claimant = ?"
+        " AND state = 'queued'",
+        (job_id, claimant),
+    )
+
+
+def lock_job(conn: Conn, job_id: str) -> str | None:
+    """First statement of a crawl's page commit: lock the crawl's row until the commit (so
+    commits of one crawl from every instance run one after the other) and return its `ending`:
+    None while it runs; "gone" when the job was deleted."""
+    row = conn.execute(
+        "UPDATE crawl_jobs SET admitted = admitted WHERE job_id = ? RETURNING ending", (job_id,)
+    ).fetchone()
+    if row is None:
+        return "gone"
+    return None if row[0] is None else str(row[0])
+
+
+def conclude(conn: Conn, job_id: str, claimant: str, ending: str) -> str | None:
+    """Decide that the crawl ends (`completed` only when it was kicked off and nothing is
+    queued; `cancelled` or `failed` at once) and that `claimant` gives the job its final
+    status. Returns the ending `claimant` must apply: this one, or one decided earlier by a
+    process that died before applying it; None when the crawl goes on or another live process
+    applies its end."""
+    row = conn.execute(
+        "UPDATE crawl_jobs SET ending = coalesce(ending, ?2), ended_by = ?3 WHERE job_id = ?1"
+        " AND CASE WHEN ending IS NOT NULL"
+        f" THEN ended_by = ?3 OR ended_by NOT IN {LIVE_CLAIMANTS}"
+        " ELSE ?2 <> 'completed' OR (kicked_off = 1 AND NOT EXISTS (SELECT 1 FROM"
+        " crawl_frontier WHERE job_id = ?1 AND state = 'queued')) END"
+        " RETURNING ending",
+        (job_id, ending, claimant),
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def job_ending(conn: Conn, job_id: str) -> str | None:
+    """The crawl's `ending`, "finished" when its job has a final status without one (cancelled
+    by an instance that did not work on it), "gone" when deleted; None while it runs."""
+    row = conn.execute(
+        "SELECT c.ending, j.status FROM crawl_jobs c JOIN jobs j ON j.id = c.job_id"
+        " WHERE c.job_id = ?",
+        (job_id,),
+    ).fetchone()
+    if row is None:
+        return "gone"
+    if row[0] is not None:
+        return str(row[0])
+    return None if row[1] == "scraping" else "finished"
+
+
+def kicked_off(conn: Conn, job_id: str) -> bool:
+    row = conn.execute("SELECT kicked_off FROM crawl_jobs WHERE job_id = ?", (job_id,)).fetchone()
+    return row is not None and bool(row[0])
 
 
 def add_robots_blocked(conn: Conn, job_id: str, urls: Iterable[str]) -> list[str]:

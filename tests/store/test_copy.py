@@ -67,10 +67,12 @@ def fill(conn: Any) -> None:
     )
     conn.execute("INSERT INTO jobs(id, kind, status, created_ms, expires_ms, source)"
                  " VALUES ('c1', 'crawl', 'scraping', 1, 9, X'7B7D')")  # fmt: skip
-    conn.execute("INSERT INTO crawl_jobs VALUES ('c1', 'crawl', 'http://a/', X'7B7D', 1, 2)")
+    conn.execute(
+        "INSERT INTO crawl_jobs VALUES ('c1', 'crawl', 'http://a/', X'7B7D', 1, 2, NULL, NULL)"
+    )
     conn.executemany(
-        "INSERT INTO crawl_frontier VALUES ('c1', ?, ?, ?, 0, ?)",
-        [(1, "a/", "http://a/", "done"), (2, "a/b", "http://a/b", "queued")],
+        "INSERT INTO crawl_frontier VALUES ('c1', ?, ?, ?, 0, ?, ?)",
+        [(1, "a/", "http://a/", "done", None), (2, "a/b", "http://a/b", "queued", "a/1f")],
     )
     conn.execute("INSERT INTO crawl_robots_blocked VALUES ('c1', 'http://a/private')")
     conn.execute("INSERT INTO crawl_idempotency VALUES ('key', 'c1', 1)")
