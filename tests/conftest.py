@@ -120,6 +120,13 @@ async def store(store_target: Path | PostgresBackend) -> AsyncIterator[Store]:
 
 
 @pytest.fixture
+async def two_stores(pg_schema: tuple[str, str]) -> AsyncIterator[tuple[Store, Store]]:
+    """Two processes' stores on one PostgreSQL schema (two cluster members)."""
+    async with open_store(pg_backend(*pg_schema)) as a, open_store(pg_backend(*pg_schema)) as b:
+        yield a, b
+
+
+@pytest.fixture
 async def outbox(store: Store) -> Outbox:
     return Outbox(store)
 

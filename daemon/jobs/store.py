@@ -150,7 +150,12 @@ def get_job(conn: Conn, job_id: str) -> JobRecord | None:
 
 
 def require_running(conn: Conn, job_id: str) -> JobRecord:
-    """The job's record; JobNotFound, or JobFinished when it already has a final status."""
+    """The job's record; JobNotFound, or JobFinished when it already has a final status.
+
+    Locks the job's row first: on PostgreSQL several instances may write for one job (a crawl's
+    pages, a cancel), and the rows, counts and event numbers that follow in this transaction
+    must not be read by two at once (SQLite's one writer needs no lock; this costs it a no-op)."""
+    conn.execute("UPDATE jobs SET last_seq = last_seq WHERE id = ?", (job_id,))
     record = get_job(conn, job_id)
     if record is None:
         raise JobNotFound(job_id)
@@ -201,7 +206,12 @@ def issue_seq(conn: Conn, record: JobRecord, name: str, floor: int = 0) -> int |
     """
     if record.webhook is None:
         raise ValueError("a job without a webhook has no events")
-    row = one(conn, "SELECT last_seq, terminated FROM jobs WHERE id = ?", (record.id,))
+    # Read under the row's lock (see require_running): two instances never issue one number.
+    row = one(
+        conn,
+        "UPDATE jobs SET last_seq = last_seq WHERE id = ? RETURNING last_seq, terminated",
+        (record.id,),
+    )
     seqr = Sequencer(
         kind=record.kind,
         events=list(record.webhook.events),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack
 from pathlib import Path
 
 import pytest
@@ -11,16 +9,6 @@ import trio
 
 from daemon.cluster import Cluster, Lease, LeaseLost
 from daemon.store import Conn, Store, open_store
-from tests.conftest import pg_backend
-
-
-@pytest.fixture
-async def two_stores(pg_schema: tuple[str, str]) -> AsyncIterator[tuple[Store, Store]]:
-    """Two processes' stores on one PostgreSQL schema."""
-    async with AsyncExitStack() as stack:
-        a = await stack.enter_async_context(open_store(pg_backend(*pg_schema)))
-        b = await stack.enter_async_context(open_store(pg_backend(*pg_schema)))
-        yield a, b
 
 
 async def test_sqlite_has_one_member_that_takes_every_lease(tmp_path: Path) -> None:

@@ -10,7 +10,6 @@ from daemon.cluster import store as cs
 from daemon.crawl import store as crawlstore
 from daemon.jobs import store as jobstore
 from daemon.store import Conn, Store
-from tests.cluster import test_cluster
 
 JOB = "00000000-0000-4000-8000-000000000001"
 A, B = "a/1111", "b/2222"
@@ -110,9 +109,6 @@ async def test_the_end_is_decided_once_and_taken_over_from_a_dead_decider(store:
     await store.write(lambda c: expire(c, A))  # A died before giving the job its status
     assert await store.write(conclude(B, "cancelled")) == "completed"
     assert await store.write(lambda c: crawlstore.conclude(c, JOB, A, "completed")) is None
-
-
-two_stores = test_cluster.two_stores
 
 
 async def test_two_stores_on_one_schema_claim_disjoint_rows_and_end_once(

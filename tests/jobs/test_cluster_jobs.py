@@ -19,7 +19,6 @@ from daemon.jobs.drainer import Deliverer, DeliverySettings, Final, JobDrainer, 
 from daemon.jobs.manager import JobManager
 from daemon.outbox import NewItem, Outbox, append, read_after_cursor, stream_state
 from daemon.store import Conn, Store
-from tests.cluster import test_cluster
 from tests.jobs.conftest import fast_webhooks
 from tests.jobs.test_crash import poll
 
@@ -121,7 +120,6 @@ async def test_no_attempt_starts_once_the_lease_may_have_run_out(store: Store) -
 
 # -- two instances on one PostgreSQL schema ----------------------------------------------------
 
-two_stores = test_cluster.two_stores
 
 PAGES = 20
 EVENTS = PAGES + 2
@@ -241,3 +239,39 @@ async def test_expiry_runs_on_one_instance_and_drops_the_jobs_drainer_lease(
             while not await gone():
                 await trio.sleep(0.2)
         nursery.cancel_scope.cancel()
+
+
+# -- two instances writing for one job ---------------------------------------------------------
+
+
+async def test_two_instances_never_issue_one_event_number_or_row_twice(
+    two_stores: tuple[Store, Store],
+) -> None:
+    """A crawl's pages commit on whichever instance fetched them: each transaction locks the job
+    row before it reads the last event number and row, so concurrent writers queue up."""
+    a, b = two_stores
+    spec = WebhookSpec(url="http://127.0.0.1:9/hook")
+    await a.write(
+        lambda conn: jobstore.insert_job(
+            conn, job_id=JOB, kind="crawl", webhook=spec, source={}, at_ms=0, expires_ms=10**15
+        )
+    )
+    seqs: list[int] = []
+
+    def page(conn: Conn) -> None:
+        record = jobstore.require_running(conn, JOB)
+        jobstore.add_rows(conn, JOB, [{"p": 1}])
+        seq = jobstore.issue_seq(conn, record, "page")
+        assert seq is not None
+        seqs.append(seq)
+
+    async def writer(store: Store) -> None:
+        for _ in range(40):
+            await store.write(page)
+
+    async with trio.open_nursery() as nursery:
+        for store in (a, b, a, b):
+            nursery.start_soon(writer, store)
+    assert sorted(seqs) == list(range(1, 161))
+    rows = await a.read(lambda c: c.execute("SELECT n FROM job_rows ORDER BY n").fetchall())
+    assert [r[0] for r in rows] == list(range(1, 161))

@@ -18,9 +18,7 @@ from daemon.tracker import limiter_store as ls
 from daemon.tracker import store as ts
 from daemon.tracker.bilibili import Stat
 from daemon.tracker.rules import HOUR, SECOND
-from tests.cluster import test_cluster
 
-two_stores = test_cluster.two_stores
 """Two instances' stores on one PostgreSQL schema."""
 T0 = 1_767_225_600_000
 A, B = "a/1", "b/1"
