@@ -128,6 +128,9 @@ class Backend(Protocol):
     location: str
     readers: int
     storage_errors: tuple[type[BaseException], ...]
+    rolled_back: tuple[type[BaseException], ...]
+    """Errors after which the server rolled the transaction back on its own (a deadlock, a
+    serialization failure): run it again; the database is fine."""
     probe_every: float | None
     """Seconds between no-op writes that check the connection (None: never, a local file)."""
 
@@ -470,7 +473,9 @@ class Store:
     def _recover(self, exc: BaseException, attempt: int) -> bool:
         """After a retryable failure: roll back or reconnect; False when the group must fail
         instead (the store stops, or it kept failing)."""
-        if isinstance(exc, self.backend.storage_errors):
+        if isinstance(exc, self.backend.storage_errors) and not isinstance(
+            exc, self.backend.rolled_back
+        ):
             self._storage_failed(exc)
         log.warning(
             "write transaction failed; running the group again",

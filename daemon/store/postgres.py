@@ -227,6 +227,7 @@ class PostgresBackend:
 
     name = "postgres"
     storage_errors = STORAGE_ERRORS
+    rolled_back = RETRY_ALWAYS
     probe_every: float | None = 2.0
     errors: tuple[type[BaseException], ...] = (psycopg.Error, psycopg_pool.PoolTimeout)
 

@@ -90,6 +90,7 @@ class SqliteBackend:
 
     name = "sqlite"
     storage_errors = STORAGE_ERRORS
+    rolled_back: tuple[type[BaseException], ...] = ()
     probe_every: float | None = None
     errors: tuple[type[BaseException], ...] = (apsw.Error,)
 
