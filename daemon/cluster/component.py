@@ -50,6 +50,11 @@ def offers_for(cfg: config.Config) -> Offers:
         },
         shared={
             "broker": rules.digest([cfg.broker.kind, cfg.broker.queue, cfg.broker.queue_type]),
+            # Whether events are signed, and where they may go: a failover must not change
+            # either. The secret itself is never compared (not even as a digest).
+            "webhooks": rules.digest(
+                [cfg.webhooks.secret_env is not None, sorted(cfg.webhooks.allow_cidrs)]
+            ),
         },
     )
 

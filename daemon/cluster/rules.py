@@ -25,7 +25,8 @@ class Offers(msgspec.Struct, frozen=True, kw_only=True):
     proxies: dict[str, str] = {}
     """Shared proxy name → digest of its URL and limits."""
     shared: dict[str, str] = {}
-    """Settings every instance must hold alike (queue, stream names…) → digest."""
+    """Sections every instance must hold alike (`broker`: kind, queue, queue type; `webhooks`:
+    signed or not, allowed networks) → digest."""
 
 
 def digest(value: Any) -> str:
@@ -80,7 +81,11 @@ def disagreements(mine: Offers, instance: str, others: Sequence[tuple[str, Offer
             )
         found.extend(_differ("$.collector.tasks", "task", mine.tasks, theirs.tasks, other))
         found.extend(_differ("$.tracker.proxies", "proxy", mine.proxies, theirs.proxies, other))
-        found.extend(_differ("$", "setting", mine.shared, theirs.shared, other))
+        found.extend(
+            f"$.{key}: configured differently on {other}"
+            for key in sorted(mine.shared.keys() & theirs.shared.keys())
+            if mine.shared[key] != theirs.shared[key]
+        )
     return found
 
 

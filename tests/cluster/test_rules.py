@@ -44,13 +44,14 @@ def test_digest_is_stable_and_hides_the_value() -> None:
 
 def test_disagreements_name_the_key_and_the_other_instance() -> None:
     mine = Offers(lease_ms=10_000, tasks={"t1": "aa", "t2": "bb"}, proxies={"relay": "r1"},
-                  shared={"broker": "q1"})  # fmt: skip
+                  shared={"broker": "q1", "webhooks": "w1"})  # fmt: skip
     theirs = Offers(lease_ms=5_000, tasks={"t1": "aa", "t2": "XX", "t3": "cc"},
-                    proxies={"relay": "r2"}, shared={"broker": "q1"})  # fmt: skip
+                    proxies={"relay": "r2"}, shared={"broker": "q1", "webhooks": "w2"})  # fmt: skip
     found = rules.disagreements(mine, "a", [("a", mine), ("b", theirs)])
     assert found == [
         "$.cluster.lease: 10s here, 5s on b",
         "$.collector.tasks: task 't2' is configured differently on b",
         "$.tracker.proxies: proxy 'relay' is configured differently on b",
+        "$.webhooks: configured differently on b",
     ]
     assert rules.disagreements(mine, "a", [("c", mine)]) == []
