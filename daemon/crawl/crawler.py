@@ -291,6 +291,8 @@ class JobRun:
         ):
             log.info("crawl job finished", job=self.job_id, status=status, pages=self.fetched,
                      failed=self.failed)  # fmt: skip
+        else:
+            self.jobs.detach(self.job_id)
 
     async def _until_ended(self) -> tuple[str | None, str | None]:
         """(final status, error) when this process is to apply the job's end, (None, None) when
