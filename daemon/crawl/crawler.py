@@ -67,8 +67,9 @@ from daemon.store import DB_ERRORS, Conn, Store, StoreClosed
 _STORE_FAILURES: tuple[type[BaseException], ...] = (*DB_ERRORS, StoreClosed)
 log = get_logger("crawl")
 
-POLL_S = 0.1
-"""How often a worker with nothing to claim looks again (other instances hold the rest)."""
+POLL_S = 0.05
+"""How often a worker with nothing to claim looks again (other instances hold the rest, and
+their commits queue the links it waits for): one claim per instance, not per worker."""
 ENDING_POLL_S = 1.0
 """How often a running job looks whether its end was decided elsewhere (a DELETE on another
 instance), to drop the pages it is fetching instead of finishing them for nothing."""
