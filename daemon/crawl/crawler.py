@@ -67,8 +67,9 @@ from daemon.store import DB_ERRORS, Conn, Store, StoreClosed
 _STORE_FAILURES: tuple[type[BaseException], ...] = (*DB_ERRORS, StoreClosed)
 log = get_logger("crawl")
 
-POLL_S = 0.1
-"""How often a worker with nothing to claim looks again (other instances hold the rest)."""
+POLL_S = 0.05
+"""How often a worker with nothing to claim looks again (other instances hold the rest, and
+their commits queue the links it waits for): one claim per instance, not per worker."""
 ENDING_POLL_S = 1.0
 """How often a running job looks whether its end was decided elsewhere (a DELETE on another
 instance), to drop the pages it is fetching instead of finishing them for nothing."""
@@ -291,6 +292,8 @@ class JobRun:
         ):
             log.info("crawl job finished", job=self.job_id, status=status, pages=self.fetched,
                      failed=self.failed)  # fmt: skip
+        else:
+            self.jobs.detach(self.job_id)
 
     async def _until_ended(self) -> tuple[str | None, str | None]:
         """(final status, error) when this process is to apply the job's end, (None, None) when

@@ -74,6 +74,15 @@ def running_jobs(conn: Conn, kind: str | None = None) -> list[CrawlJobRow]:
     return [_job_row(r) for r in rows]
 
 
+def running_job_ids(conn: Conn) -> list[str]:
+    """Ids of the crawl and batch jobs still `scraping`, oldest first (the service's scan)."""
+    rows: list[Any] = conn.execute(
+        "SELECT c.job_id FROM crawl_jobs c JOIN jobs j ON j.id = c.job_id"
+        " WHERE j.status = 'scraping' ORDER BY j.created_ms"
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
 def queued_pages(conn: Conn) -> int:
     """Frontier rows still to fetch (those being fetched included) over every running job."""
     sql = (

@@ -315,6 +315,18 @@ class JobManager:
         after a restart), so DELETE asks it to stop instead of cancelling at once."""
         (await self._job_state(job_id)).attached = True
 
+    def detach(self, job_id: str) -> None:
+        """This process stops producing for the job and another process gives it its final
+        status (cluster mode: a crawl that ended elsewhere): drop the job's state here, or, while
+        its drainer runs here, leave it to the drainer (it sees the final status in the store
+        and ends once the terminal event is delivered)."""
+        job = self._active.get(job_id)
+        if job is None:
+            return
+        job.attached = False
+        if not job.drainer and (job.webhook is None or job.drained or job.remote):
+            del self._active[job_id]
+
     async def cancel(self, job_id: str) -> None:
         """DELETE: ask an attached producer to stop, or cancel a job nobody produces for."""
         record = await self.get_job(job_id)

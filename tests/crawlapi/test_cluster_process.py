@@ -112,6 +112,12 @@ async def test_three_instances_share_a_crawl_survive_a_kill_and_cancel_from_anyw
     shares = {n: await fetched_by(n) for n in ("a", "b", "c")}
     assert sum(shares.values()) == PAGES and min(shares.values()) > 0, shares
 
+    async def no_job_running() -> bool:  # the two that did not apply the end dropped the job
+        states = [(await clients[n].get("/status")).json()["webhooks"] for n in ("a", "b", "c")]
+        return all(s["jobs_running"] == 0 for s in states)
+
+    await wait_for(no_job_running, 10)
+
     # 2. kill -9 of the creator mid-crawl: b and c finish it.
     site.counts.clear()
     job = (await clients["a"].post("/v2/crawl", json=body)).json()["id"]

@@ -348,3 +348,36 @@ async def test_shutdown_drops_memory_only_events_and_counts_them(
     assert dropped() - before == 4
     await m.finish(job, "completed")  # after shutdown: counted, never waits on a full queue
     assert dropped() - before == 5
+
+
+async def test_detach_forgets_a_job_another_process_ends(
+    rx: WebhookReceiver, start_manager: StartManager, store: Store
+) -> None:
+    m = await start_manager()
+    # A crawl created elsewhere that this process worked on (attach), then ended elsewhere.
+    other = "33333333-3333-4333-8333-333333333333"
+    await store.write(
+        lambda c: jobstore.insert_job(
+            c, job_id=other, kind="crawl", webhook=None, source={}, at_ms=1, expires_ms=2
+        )
+    )
+    await m.attach(other)
+    assert (await m.status())["jobs_running"] == 1
+    m.detach(other)
+    m.detach(other)  # twice: nothing left to drop
+    status = await m.status()
+    assert status["jobs_active"] == 0 and status["jobs_running"] == 0
+    with pytest.raises(JobNotFound):
+        m.cancel_requested(other)
+
+    # Its drainer runs here: the drainer keeps the state until the terminal event is delivered.
+    job = await m.create_job("crawl", webhook=hook(rx), source={})
+    await m.attach(job)
+    with trio.fail_after(5):
+        await rx.wait_delivered(1, job)
+    m.detach(job)
+    assert (await m.status())["jobs_active"] == 1
+    await m.finish(job, "completed")
+    await drained(m, job)
+    assert (await m.status())["jobs_active"] == 0
+    assert [r.type for r in rx.events(job)] == ["crawl.started", "crawl.completed"]
