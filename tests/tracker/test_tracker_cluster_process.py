@@ -141,8 +141,16 @@ async def test_three_instances_share_the_relay_and_take_over_a_killed_ones_sched
 
             # c is paused past its lease holding claims: a takes them over; c, woken, must
             # store nothing for them
-            paused = await held_by(db, "c", wait=10)
-            procs["c"].send_signal(signal.SIGSTOP)
+            # (the rows it still holds once stopped: a claim whose commit was under way when the
+            # signal landed finishes, and keeps c as its claimant)
+            for _ in range(20):
+                await held_by(db, "c", wait=10)
+                procs["c"].send_signal(signal.SIGSTOP)
+                await trio.sleep(0.3)
+                if paused := await held_by(db, "c"):
+                    break
+                procs["c"].send_signal(signal.SIGCONT)
+            assert paused
             with trio.fail_after(LEASE_S * 3 + 5):
                 while (await claimants(db, paused)) != {"a"}:
                     await trio.sleep(0.05)
