@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import functools
 import gzip
+import random
 import signal
 import socket
 import subprocess
@@ -92,6 +93,9 @@ class SiteSim:
     """Serve this robots.txt instead of the generated one."""
     paragraphs: int = 4
     """Paragraphs of filler text per tree page (page weight for benchmarks)."""
+    latency: tuple[float, float] = (0.0, 0.0)
+    """(least, most) seconds before each tree page answers, uniformly drawn (a latency-bound
+    site for benchmarks)."""
     files: dict[str, tuple[bytes, str]] = field(default_factory=dict)
     """Extra answers by path, (body, media type): what a test serves (PDFs it made)."""
     headers_by_path: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -154,6 +158,8 @@ class SiteSim:
         self.counts[full] += 1
         self.headers_by_path[f"{host} {full}"] = dict(request.headers)
         origin = f"http://{host_header}"
+        if path.startswith("/pages/") and self.latency[1] > 0:
+            await trio.sleep(random.uniform(*self.latency))
         if host == "blog.site.test":
             return self._blog(path)
         return await self._site(path, origin, host_header)
@@ -475,14 +481,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--paragraphs", type=int, default=4, help="filler paragraphs per page (default %(default)s)"
     )
+    parser.add_argument(
+        "--latency",
+        type=lambda v: tuple(float(x) for x in v.split(",")),
+        default=(0.0, 0.0),
+        help="LEAST,MOST seconds before each tree page answers (default none)",
+    )
     args = parser.parse_args(argv)
     setup_logging("info")
     if args.processes > 1:
-        extra = ["--pages", str(args.pages), "--paragraphs", str(args.paragraphs)]
+        extra = ["--pages", str(args.pages), "--paragraphs", str(args.paragraphs),
+                 "--latency", ",".join(map(str, args.latency))]  # fmt: skip
         if args.crawl_delay is not None:
             extra += ["--crawl-delay", str(args.crawl_delay)]
         return _serve_in_processes(args, extra)
-    sim = SiteSim(pages=args.pages, crawl_delay=args.crawl_delay, paragraphs=args.paragraphs)
+    sim = SiteSim(
+        pages=args.pages,
+        crawl_delay=args.crawl_delay,
+        paragraphs=args.paragraphs,
+        latency=args.latency,
+    )
 
     async def serve() -> None:
         stop = trio.Event()

@@ -122,6 +122,11 @@ class Instance:
         except FileNotFoundError:
             return ""
 
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the running process used so far (Linux /proc)."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
