@@ -186,6 +186,28 @@ class NetworkDelegate:
         proxy.limiter.restore(got.tats_ms)
         return None if got.granted else got.at_ms - got.now_ms
 
+    async def room(self, task: TaskKind, horizon_ms: int, limit: int) -> int:
+        """How many requests of `task` (at most `limit`) the task's proxies let through within
+        the next `horizon_ms`, by their limits' state now (a shared proxy's in the store; one
+        with a -412 not yet charged there has none). Reserves nothing."""
+        bulk, total = task == "bulk", 0
+        for proxy in self._proxies.values():
+            if task not in proxy.config.tasks or total >= limit:
+                continue
+            if not self._is_shared(proxy):
+                total += proxy.limiter.room(self.clock(), horizon_ms, bulk=bulk, limit=limit)
+                continue
+            if proxy.config.name in self._penalties:
+                continue
+            assert self.shared is not None
+            name, windows = proxy.config.name, proxy.limiter.applicable(bulk)
+            total += await self.shared.read(
+                lambda conn, n=name, w=windows: limiter_store.room(  # type: ignore[misc]
+                    conn, n, w, horizon_ms, limit, margin_ms=self.margin_ms
+                )
+            )
+        return min(total, limit)
+
     def proxies_for(self, task: TaskKind) -> list[str]:
         return [name for name, p in self._proxies.items() if task in p.config.tasks]
 
