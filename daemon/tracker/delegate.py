@@ -30,7 +30,7 @@ import trio
 from daemon.clock import EpochClock, sleep_until_ms
 from daemon.logs import get_logger
 from daemon.redact import cap, redact_url
-from daemon.store import Store
+from daemon.store import Conn, Store
 from daemon.tracker import limiter_store
 from daemon.tracker.bilibili import NoProxyAvailable, Timed, UpstreamError
 from daemon.tracker.config import ProxyConfig, TaskKind
@@ -197,16 +197,25 @@ class NetworkDelegate:
             if not self._is_shared(proxy):
                 total += proxy.limiter.room(self.clock(), horizon_ms, bulk=bulk, limit=limit)
                 continue
-            if proxy.config.name in self._penalties:
-                continue
-            assert self.shared is not None
-            name, windows = proxy.config.name, proxy.limiter.applicable(bulk)
-            total += await self.shared.read(
-                lambda conn, n=name, w=windows: limiter_store.room(  # type: ignore[misc]
-                    conn, n, w, horizon_ms, limit, margin_ms=self.margin_ms
-                )
-            )
+            if proxy.config.name not in self._penalties:
+                total += await self._shared_room(proxy, bulk, horizon_ms, limit)
         return min(total, limit)
+
+    async def _shared_room(self, proxy: _Proxy, bulk: bool, horizon_ms: int, limit: int) -> int:
+        """`room` of a shared proxy by its windows in the store (a read; the first time, a
+        write that starts its windows as a reservation would)."""
+        assert self.shared is not None
+        name, windows = proxy.config.name, proxy.limiter.applicable(bulk)
+
+        def free(conn: Conn, create: bool) -> int | None:
+            return limiter_store.room(
+                conn, name, windows, horizon_ms, limit, margin_ms=self.margin_ms, create=create
+            )
+
+        got = await self.shared.read(lambda conn: free(conn, False))
+        if got is None:
+            got = await self.shared.write(lambda conn: free(conn, True))
+        return got or 0
 
     def proxies_for(self, task: TaskKind) -> list[str]:
         return [name for name, p in self._proxies.items() if task in p.config.tasks]

@@ -148,17 +148,24 @@ def room(
     *,
     margin_ms: int = 0,
     now_ms: int | None = None,
-) -> int:
+    create: bool = False,
+) -> int | None:
     """How many requests through a shared proxy (at most `limit`) its stored windows let
-    through before now + `horizon_ms`, on the database's clock unless `now_ms` is given. Reads
-    only: a window without a row counts as `reserve` would create it (its burst spent now)."""
+    through before now + `horizon_ms`, on the database's clock unless `now_ms` is given.
+    Reserves nothing. A window without a row starts as `reserve` starts it (its burst spent
+    now), which must be stored to count from: None unless `create` (in a write transaction)
+    stores the missing rows."""
+    if create:
+        _lock(conn, proxy, sorted(windows), now_ms)
     now = _now(conn, now_ms)
     stored = dict(
         conn.execute(
             "SELECT limit_key, tat_ms FROM tracker_limiter WHERE proxy = ?", (proxy,)
         ).fetchall()
     )
-    tats = [window.scaled(int(stored.get(key, now + window.per_ms))) for key, window in windows]
+    if any(key not in stored for key, _ in windows):
+        return None
+    tats = [window.scaled(int(stored[key])) for key, window in windows]
     return conforming_within(
         tats, now, [window for _, window in windows], horizon_ms, limit, margin_ms
     )
