@@ -20,7 +20,9 @@
 # do now", as the crawl workers do): as many requests as their limits let through before the
 # next tick (`room`), less the ones it claimed and has not sent yet. The due rows beyond that
 # stay pending, in order, for the instance whose proxies have room: otherwise the first tick
-# to run would claim every due row and wait on its own proxies while the others idle.
+# to run would claim every due row and wait on its own proxies while the others idle. A claimed
+# request that finds no room after all (another task took it) hands its rows back the same way.
+# Rows about to leave the tick's lookback are claimed and retried as the spec says regardless.
 from __future__ import annotations
 
 import contextlib
@@ -285,6 +287,20 @@ class Tracker:
         finally:
             self._unsent[task].discard(key)
 
+    async def _released(self, rows: Sequence[ts.Due], lookback_ms: int, tick_ms: int) -> bool:
+        """After a claimed request found no room (another task or instance took what `room`
+        counted): hand the rows back to pending in their place for a tick with room, unless
+        claiming by room is off or one of them would leave the tick's lookback before the next
+        tick (then the spec's no_proxy retry applies). Whether they were handed back."""
+        if self.room is None:
+            return False
+        now = self.clock()
+        low, _ = rules.due_range(now, lookback_ms, tick_ms)
+        if rules.expiring(rows, low + tick_ms):
+            return False
+        await self._write(lambda c: ts.release(c, [r[0] for r in rows], claimant=self.claimant))
+        return True
+
     # ---- discovery and ingest ---------------------------------------------------------------
 
     async def discovery_pass(self) -> int:
@@ -426,7 +442,7 @@ class Tracker:
 
     async def claim_single(self) -> list[ts.Due]:
         """Select the single tick's due schedules and mark them processing (one transaction)."""
-        now, tick_ms = self.clock(), int(self.config.snapshot_tick * 1000)
+        now, tick_ms = self.clock(), self.snapshot_tick_ms
         low, high = rules.due_range(now, rules.SINGLE_LOOKBACK_MS, tick_ms)
         types = [t for group in rules.SINGLE_TYPES_BY_PRIORITY for t in group]
         room = await self._room("snapshot", tick_ms, rules.SINGLE_LIMIT)
@@ -441,7 +457,8 @@ class Tracker:
         return await self._write(tx)
 
     async def run_single(self, row: ts.Due) -> str:
-        """Take one claimed schedule's snapshot through /view; returns its final status."""
+        """Take one claimed schedule's snapshot through /view; returns its final status (or
+        "released": handed back to pending, see `_released`)."""
         sid, aid, type_, planned = row
         status = await self.store.read(lambda c: ts.video_status(c, aid))
         if status:
@@ -457,6 +474,8 @@ class Tracker:
             )
         except NoProxyAvailable as exc:
             metrics.no_proxy.labels(exc.task).inc()
+            if await self._released([row], rules.SINGLE_LOOKBACK_MS, self.snapshot_tick_ms):
+                return "released"
             await self._finish_retry(row, "no_proxy", str(exc), rules.single_retry_ms(type_))
             return "no_proxy"
         except BiliError as exc:
@@ -562,6 +581,10 @@ class Tracker:
         return await self._write(tx)
 
     @property
+    def snapshot_tick_ms(self) -> int:
+        return int(self.config.snapshot_tick * 1000)
+
+    @property
     def bulk_tick_ms(self) -> int:
         return int(self.config.bulk_tick * 1000)
 
@@ -581,7 +604,8 @@ class Tracker:
         return out
 
     async def run_bulk(self, group: Sequence[ts.Due]) -> str:
-        """One bulk request for a group of claimed schedules; returns the group's outcome."""
+        """One bulk request for a group of claimed schedules; returns the group's outcome
+        ("released": handed back to pending, see `_released`)."""
         aids = list(dict.fromkeys(r[1] for r in group))
         try:
             answer = await self._send_claimed(
@@ -592,6 +616,8 @@ class Tracker:
             )
         except NoProxyAvailable as exc:
             metrics.no_proxy.labels(exc.task).inc()
+            if await self._released(group, rules.BULK_LOOKBACK_MS, self.bulk_tick_ms):
+                return "released"
             await self._bulk_failed(group, "no_proxy", str(exc), None)
             return "no_proxy"
         except (BiliError, UpstreamError) as exc:

@@ -434,6 +434,12 @@ def pick_single(
     return taken
 
 
+def expiring(rows: Sequence[tuple[int, int, str, int]], expiring_ms: int) -> bool:
+    """Whether one of the due rows `(id, aid, type, planned_ms)` is planned before
+    `expiring_ms`: it would leave a tick's lookback before the next tick."""
+    return any(row[3] < expiring_ms for row in rows)
+
+
 def within_room(
     units: Sequence[Sequence[tuple[int, int, str, int]]], room: int | None, expiring_ms: int
 ) -> list[tuple[int, int, str, int]]:
@@ -445,7 +451,7 @@ def within_room(
     or is retried as the spec says when none comes)."""
     taken: list[tuple[int, int, str, int]] = []
     for i, unit in enumerate(units):
-        if room is None or i < room or any(row[3] < expiring_ms for row in unit):
+        if room is None or i < room or expiring(unit, expiring_ms):
             taken.extend(unit)
     return taken
 

@@ -546,3 +546,41 @@ async def test_two_instances_each_claim_what_their_own_proxies_can_send(
     )
     assert {a for c, a in done if c == "local"} == {a for a, _ in order[:30]}
     assert {a for c, a in done if c == "b/1"} == {a for a, _ in order[30:60]}
+
+
+async def test_a_claimed_request_that_finds_no_room_hands_its_rows_back_in_place(
+    env: Env, autojump_clock: Any
+) -> None:
+    await songs_due(env, 40)
+    order = await due_order(env)
+    await sleep_until(env, order[-1][1])
+    env.tracker.room = Room(bulk=1, snapshot=1)
+    env.client.fail["bulk"] = [NoProxyAvailable("bulk")]  # another task took the room meanwhile
+    limiter = trio.CapacityLimiter(4)
+    async with trio.open_nursery() as nursery:
+        assert await env.tracker.bulk_tick(nursery, limiter) == 30
+    assert await due_order(env) == order  # all pending again, planned as before
+    assert (await env.q("SELECT count(*) FROM tracker_schedules WHERE claimant IS NOT NULL")) == [
+        (0,)
+    ]
+    async with trio.open_nursery() as nursery:
+        assert await env.tracker.bulk_tick(nursery, limiter) == 30  # the same first 30
+    assert [a for a, s in (await statuses(env)).items() if s == "completed"] == sorted(
+        a for a, _ in order[:30]
+    )
+    # about to leave the lookback: the spec's no_proxy retry, not handed back
+    await sleep_until(env, order[30][1] + rules.BULK_LOOKBACK_MS - 15 * SECOND + 1)
+    env.client.fail["bulk"] = [NoProxyAvailable("bulk")]
+    async with trio.open_nursery() as nursery:
+        assert await env.tracker.bulk_tick(nursery, limiter) == 10
+    last = await statuses(env)
+    assert {last[a] for a, _ in order[30:]} == {"no_proxy"}
+    # a single snapshot likewise
+    await env.tracker.schedule(1, "milestone", env.clock() + 10, force=True)
+    await trio.sleep(0.01)
+    env.client.fail["view"] = [NoProxyAvailable("snapshot")]
+    async with trio.open_nursery() as nursery:
+        assert await env.tracker.snapshot_tick(nursery) == 1
+    assert await env.q(
+        "SELECT status, claimant FROM tracker_schedules WHERE type = 'milestone'"
+    ) == [("pending", None)]
