@@ -144,3 +144,29 @@ def conservative_tat(now_ms: int, window: Window) -> int:
     """A TAT assuming the whole burst was just spent: after any conforming request the TAT is at
     most now + per, so this is safe whatever happened before `now_ms`."""
     return window.scaled(now_ms + window.per_ms)
+
+
+def conforming_within(
+    tats: list[int],
+    now_ms: int,
+    windows: list[Window],
+    horizon_ms: int,
+    limit: int,
+    margin_ms: int = 0,
+) -> int:
+    """How many requests conform to every window before `now_ms + horizon_ms`, each made at its
+    earliest conforming instant from `now_ms` on (at most `limit`): what can be done within the
+    next `horizon_ms` without waiting past it. Nothing is reserved."""
+    count, at, end = 0, now_ms, now_ms + horizon_ms
+    tats = list(tats)
+    while count < limit:
+        at = earliest_conforming(tats, at, windows, margin_ms)
+        if at >= end:
+            break
+        reserved = reserve_all(tats, at, windows, margin_ms)
+        if reserved is None:  # earliest_conforming rounds up to whole ms: never expected
+            at += 1
+            continue
+        tats = reserved
+        count += 1
+    return count

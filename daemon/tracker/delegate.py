@@ -30,7 +30,7 @@ import trio
 from daemon.clock import EpochClock, sleep_until_ms
 from daemon.logs import get_logger
 from daemon.redact import cap, redact_url
-from daemon.store import Store
+from daemon.store import Conn, Store
 from daemon.tracker import limiter_store
 from daemon.tracker.bilibili import NoProxyAvailable, Timed, UpstreamError
 from daemon.tracker.config import ProxyConfig, TaskKind
@@ -185,6 +185,37 @@ class NetworkDelegate:
         )
         proxy.limiter.restore(got.tats_ms)
         return None if got.granted else got.at_ms - got.now_ms
+
+    async def room(self, task: TaskKind, horizon_ms: int, limit: int) -> int:
+        """How many requests of `task` (at most `limit`) the task's proxies let through within
+        the next `horizon_ms`, by their limits' state now (a shared proxy's in the store; one
+        with a -412 not yet charged there has none). Reserves nothing."""
+        bulk, total = task == "bulk", 0
+        for proxy in self._proxies.values():
+            if task not in proxy.config.tasks or total >= limit:
+                continue
+            if not self._is_shared(proxy):
+                total += proxy.limiter.room(self.clock(), horizon_ms, bulk=bulk, limit=limit)
+                continue
+            if proxy.config.name not in self._penalties:
+                total += await self._shared_room(proxy, bulk, horizon_ms, limit)
+        return min(total, limit)
+
+    async def _shared_room(self, proxy: _Proxy, bulk: bool, horizon_ms: int, limit: int) -> int:
+        """`room` of a shared proxy by its windows in the store (a read; the first time, a
+        write that starts its windows as a reservation would)."""
+        assert self.shared is not None
+        name, windows = proxy.config.name, proxy.limiter.applicable(bulk)
+
+        def free(conn: Conn, create: bool) -> int | None:
+            return limiter_store.room(
+                conn, name, windows, horizon_ms, limit, margin_ms=self.margin_ms, create=create
+            )
+
+        got = await self.shared.read(lambda conn: free(conn, False))
+        if got is None:
+            got = await self.shared.write(lambda conn: free(conn, True))
+        return got or 0
 
     def proxies_for(self, task: TaskKind) -> list[str]:
         return [name for name, p in self._proxies.items() if task in p.config.tasks]

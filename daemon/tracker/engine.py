@@ -15,6 +15,14 @@
 # is still processing by that claimant (a process paused past its lease, whose rows another
 # instance took, stores nothing). The steps that run in one place (discovery, ingest, the
 # dispatchers, cleanup) run under a lease set in FENCE, and every write they make checks it.
+#
+# A tick claims only what this process's proxies can send within the tick ("claim what you can
+# do now", as the crawl workers do): as many requests as their limits let through before the
+# next tick (`room`), less the ones it claimed and has not sent yet. The due rows beyond that
+# stay pending, in order, for the instance whose proxies have room: otherwise the first tick
+# to run would claim every due row and wait on its own proxies while the others idle. A claimed
+# request that finds no room after all (another task took it) hands its rows back the same way.
+# Rows about to leave the tick's lookback are claimed and retried as the spec says regardless.
 from __future__ import annotations
 
 import contextlib
@@ -42,7 +50,7 @@ from daemon.tracker.bilibili import (
     VideoDetail,
 )
 from daemon.tracker.classifier import Classifier
-from daemon.tracker.config import TrackerConfig
+from daemon.tracker.config import TaskKind, TrackerConfig
 from daemon.tracker.rules import MINUTE, SECOND
 
 if TYPE_CHECKING:
@@ -61,7 +69,8 @@ NO_PROXY_INGEST_RETRY_MS = 5 * SECOND
 ROOM_WAIT_MAX_MS = 5 * SECOND
 """Discovery and ingest wait this long at most for a proxy to have room before giving up."""
 TICK_ROOM_WAIT_MAX_MS = SECOND
-"""The ticks wait this long at most (then the spec's no_proxy retry delays apply)."""
+"""The ticks wait this long at most for room (a bulk group up to its tick's period, the time it
+was claimed for), then the spec's no_proxy retry delays apply."""
 LOCAL_CLAIMANT = "local"
 """The claimant of a tracker outside a cluster (tests): no member, so `prepare` recovers its
 rows as a dead process's."""
@@ -139,8 +148,16 @@ class Tracker:
         rng: random.Random | None = None,
         classifier_errors: tuple[type[Exception], ...] = (),
         claimant: str = LOCAL_CLAIMANT,
+        room: Callable[[TaskKind, int, int], Awaitable[int]] | None = None,
     ) -> None:
+        """`room(task, horizon_ms, limit)`: how many requests of `task` (at most `limit`) this
+        process's proxies let through within `horizon_ms` (NetworkDelegate.room); None: the
+        ticks claim every due row (a client without limits, tests)."""
         self.config = config
+        self.room = room
+        self._unsent: dict[TaskKind, set[int]] = {"snapshot": set(), "bulk": set()}
+        """Requests the ticks claimed that have not been sent yet, by task: the schedule id
+        of a single snapshot, the first schedule id of a bulk group."""
         self.claimant = claimant
         """Stamped on the schedules this process claims (Cluster.claimant)."""
         self.classifier_errors = classifier_errors
@@ -252,6 +269,37 @@ class Tracker:
                 if exc.retry_in_ms is None or self.clock() + exc.retry_in_ms > deadline:
                     raise
                 await sleep_until_ms(self.clock, self.clock() + max(exc.retry_in_ms, 1))
+
+    async def _room(self, task: TaskKind, horizon_ms: int, limit: int) -> int | None:
+        """How many more requests of `task` a tick may claim (None: no bound)."""
+        if self.room is None:
+            return None
+        unsent = len(self._unsent[task])
+        return max(0, await self.room(task, horizon_ms, limit + unsent) - unsent)
+
+    async def _send_claimed(
+        self, task: TaskKind, key: int, call: Callable[[], Awaitable[T]], max_wait_ms: int
+    ) -> T:
+        """`_when_room(call)` for a request a tick claimed (`key` in `_unsent`), which no
+        longer counts against the tick's room once it was made or given up."""
+        try:
+            return await self._when_room(call, max_wait_ms)
+        finally:
+            self._unsent[task].discard(key)
+
+    async def _released(self, rows: Sequence[ts.Due], lookback_ms: int, tick_ms: int) -> bool:
+        """After a claimed request found no room (another task or instance took what `room`
+        counted): hand the rows back to pending in their place for a tick with room, unless
+        claiming by room is off or one of them would leave the tick's lookback before the next
+        tick (then the spec's no_proxy retry applies). Whether they were handed back."""
+        if self.room is None:
+            return False
+        now = self.clock()
+        low, _ = rules.due_range(now, lookback_ms, tick_ms)
+        if rules.expiring(rows, low + tick_ms):
+            return False
+        await self._write(lambda c: ts.release(c, [r[0] for r in rows], claimant=self.claimant))
+        return True
 
     # ---- discovery and ingest ---------------------------------------------------------------
 
@@ -394,33 +442,40 @@ class Tracker:
 
     async def claim_single(self) -> list[ts.Due]:
         """Select the single tick's due schedules and mark them processing (one transaction)."""
-        now = self.clock()
-        low, high = rules.due_range(
-            now, rules.SINGLE_LOOKBACK_MS, int(self.config.snapshot_tick * 1000)
-        )
+        now, tick_ms = self.clock(), self.snapshot_tick_ms
+        low, high = rules.due_range(now, rules.SINGLE_LOOKBACK_MS, tick_ms)
         types = [t for group in rules.SINGLE_TYPES_BY_PRIORITY for t in group]
+        room = await self._room("snapshot", tick_ms, rules.SINGLE_LIMIT)
 
         def tx(conn: Conn) -> list[ts.Due]:
             due = ts.due(conn, types, low, high, rules.SINGLE_LIMIT * 5)
             busy = ts.busy_aids(conn, [r[1] for r in due])
             picked = rules.pick_single(due, busy)
-            return ts.claim(conn, [r[0] for r in picked], now, claimant=self.claimant)
+            taken = rules.within_room([[r] for r in picked], room, low + tick_ms)
+            return ts.claim(conn, [r[0] for r in taken], now, claimant=self.claimant)
 
         return await self._write(tx)
 
     async def run_single(self, row: ts.Due) -> str:
-        """Take one claimed schedule's snapshot through /view; returns its final status."""
+        """Take one claimed schedule's snapshot through /view; returns its final status (or
+        "released": handed back to pending, see `_released`)."""
         sid, aid, type_, planned = row
         status = await self.store.read(lambda c: ts.video_status(c, aid))
         if status:
+            self._unsent["snapshot"].discard(sid)
             await self._finish_retry(row, "bili_error", f"video status {status}", None)
             return "bili_error"
         try:
-            answer = await self._when_room(
-                functools.partial(self.client.view_stat, aid), TICK_ROOM_WAIT_MAX_MS
+            answer = await self._send_claimed(
+                "snapshot",
+                sid,
+                functools.partial(self.client.view_stat, aid),
+                TICK_ROOM_WAIT_MAX_MS,
             )
         except NoProxyAvailable as exc:
             metrics.no_proxy.labels(exc.task).inc()
+            if await self._released([row], rules.SINGLE_LOOKBACK_MS, self.snapshot_tick_ms):
+                return "released"
             await self._finish_retry(row, "no_proxy", str(exc), rules.single_retry_ms(type_))
             return "no_proxy"
         except BiliError as exc:
@@ -503,6 +558,7 @@ class Tracker:
     async def snapshot_tick(self, nursery: trio.Nursery) -> int:
         """One tick: claim due single schedules and start their snapshots (milestones first)."""
         claimed = await self.claim_single()
+        self._unsent["snapshot"].update(row[0] for row in claimed)
         for row in claimed:
             nursery.start_soon(self.run_single, row)
         return len(claimed)
@@ -510,15 +566,27 @@ class Tracker:
     # ---- the 15 s bulk tick -------------------------------------------------------------------
 
     async def claim_bulk(self) -> list[ts.Due]:
-        now = self.clock()
-        low, high = rules.due_range(now, rules.BULK_LOOKBACK_MS, int(self.config.bulk_tick * 1000))
+        """Select the bulk tick's due schedules, as many bulk groups as there is room for, and
+        mark them processing (one transaction)."""
+        now, tick_ms = self.clock(), self.bulk_tick_ms
+        low, high = rules.due_range(now, rules.BULK_LOOKBACK_MS, tick_ms)
         types = [t for group in rules.BULK_TYPES_BY_PRIORITY for t in group]
+        room = await self._room("bulk", tick_ms, rules.BULK_LIMIT)
 
         def tx(conn: Conn) -> list[ts.Due]:
             due = ts.due(conn, types, low, high, rules.BULK_LIMIT)
-            return ts.claim(conn, [r[0] for r in due], now, claimant=self.claimant)
+            taken = rules.within_room(self.bulk_groups(due), room, low + tick_ms)
+            return ts.claim(conn, [r[0] for r in taken], now, claimant=self.claimant)
 
         return await self._write(tx)
+
+    @property
+    def snapshot_tick_ms(self) -> int:
+        return int(self.config.snapshot_tick * 1000)
+
+    @property
+    def bulk_tick_ms(self) -> int:
+        return int(self.config.bulk_tick * 1000)
 
     def bulk_groups(self, rows: Sequence[ts.Due]) -> list[list[ts.Due]]:
         """Claimed rows in groups whose distinct aids fit one request (`bulk_size`)."""
@@ -536,14 +604,20 @@ class Tracker:
         return out
 
     async def run_bulk(self, group: Sequence[ts.Due]) -> str:
-        """One bulk request for a group of claimed schedules; returns the group's outcome."""
+        """One bulk request for a group of claimed schedules; returns the group's outcome
+        ("released": handed back to pending, see `_released`)."""
         aids = list(dict.fromkeys(r[1] for r in group))
         try:
-            answer = await self._when_room(
-                functools.partial(self.client.bulk_stats, aids), TICK_ROOM_WAIT_MAX_MS
+            answer = await self._send_claimed(
+                "bulk",
+                group[0][0],
+                functools.partial(self.client.bulk_stats, aids),
+                max(TICK_ROOM_WAIT_MAX_MS, self.bulk_tick_ms),
             )
         except NoProxyAvailable as exc:
             metrics.no_proxy.labels(exc.task).inc()
+            if await self._released(group, rules.BULK_LOOKBACK_MS, self.bulk_tick_ms):
+                return "released"
             await self._bulk_failed(group, "no_proxy", str(exc), None)
             return "no_proxy"
         except (BiliError, UpstreamError) as exc:
@@ -624,7 +698,9 @@ class Tracker:
             async with limiter:
                 await self.run_bulk(group)
 
-        for group in self.bulk_groups(claimed):
+        groups = self.bulk_groups(claimed)
+        self._unsent["bulk"].update(group[0][0] for group in groups)
+        for group in groups:
             nursery.start_soon(run, group)
         return len(claimed)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from daemon.net.ratelimit import Window, earliest_conforming, reserve_all
+from daemon.net.ratelimit import Window, conforming_within, earliest_conforming, reserve_all
 from daemon.store import Conn
 
 CLEAN_PROXY = ""
@@ -137,3 +137,35 @@ def reserve(
             [(tats_ms[key], proxy, key) for key, _ in ordered],
         )
     return Reservation(reserved is not None, now, at, tats_ms)
+
+
+def room(
+    conn: Conn,
+    proxy: str,
+    windows: Sequence[tuple[str, Window]],
+    horizon_ms: int,
+    limit: int,
+    *,
+    margin_ms: int = 0,
+    now_ms: int | None = None,
+    create: bool = False,
+) -> int | None:
+    """How many requests through a shared proxy (at most `limit`) its stored windows let
+    through before now + `horizon_ms`, on the database's clock unless `now_ms` is given.
+    Reserves nothing. A window without a row starts as `reserve` starts it (its burst spent
+    now), which must be stored to count from: None unless `create` (in a write transaction)
+    stores the missing rows."""
+    if create:
+        _lock(conn, proxy, sorted(windows), now_ms)
+    now = _now(conn, now_ms)
+    stored = dict(
+        conn.execute(
+            "SELECT limit_key, tat_ms FROM tracker_limiter WHERE proxy = ?", (proxy,)
+        ).fetchall()
+    )
+    if any(key not in stored for key, _ in windows):
+        return None
+    tats = [window.scaled(int(stored[key])) for key, window in windows]
+    return conforming_within(
+        tats, now, [window for _, window in windows], horizon_ms, limit, margin_ms
+    )

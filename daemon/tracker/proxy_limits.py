@@ -16,6 +16,7 @@ from typing import Any
 
 from daemon.net.ratelimit import (
     Window,
+    conforming_within,
     conservative_tat,
     earliest_conforming,
     reserve_all,
@@ -68,6 +69,18 @@ class ProxyLimiter:
         windows = self.applicable(bulk)
         return earliest_conforming(
             [self.tats[key] for key, _ in windows], now, [w for _, w in windows], self.margin_ms
+        )
+
+    def room(self, now: int, horizon_ms: int, *, bulk: bool, limit: int) -> int:
+        """How many requests (at most `limit`) conform before `now + horizon_ms`."""
+        windows = self.applicable(bulk)
+        return conforming_within(
+            [self.tats[key] for key, _ in windows],
+            now,
+            [w for _, w in windows],
+            horizon_ms,
+            limit,
+            self.margin_ms,
         )
 
     def exhaust(self, now: int) -> None:

@@ -434,6 +434,28 @@ def pick_single(
     return taken
 
 
+def expiring(rows: Sequence[tuple[int, int, str, int]], expiring_ms: int) -> bool:
+    """Whether one of the due rows `(id, aid, type, planned_ms)` is planned before
+    `expiring_ms`: it would leave a tick's lookback before the next tick."""
+    return any(row[3] < expiring_ms for row in rows)
+
+
+def within_room(
+    units: Sequence[Sequence[tuple[int, int, str, int]]], room: int | None, expiring_ms: int
+) -> list[tuple[int, int, str, int]]:
+    """The due rows a tick claims from `units` in priority order (a unit is one request: a single
+    schedule, or a bulk group of `(id, aid, type, planned_ms)`): the first `room` units (None:
+    every one), the rest left pending for a tick with room (this instance's next, or another
+    instance's), except a unit holding a row planned before `expiring_ms`, which would leave
+    the tick's lookback before the next tick: it is claimed anyway (its request waits for room
+    or is retried as the spec says when none comes)."""
+    taken: list[tuple[int, int, str, int]] = []
+    for i, unit in enumerate(units):
+        if room is None or i < room or expiring(unit, expiring_ms):
+            taken.extend(unit)
+    return taken
+
+
 def groups(items: Sequence[int], size: int) -> list[list[int]]:
     """`items` in consecutive groups of at most `size` (the bulk request's aids)."""
     return [list(items[i : i + size]) for i in range(0, len(items), size)]

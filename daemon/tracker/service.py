@@ -123,6 +123,7 @@ class TrackerService:
             rng=self.rng,
             classifier_errors=(ClassifierUnavailable,),
             claimant=LOCAL_CLAIMANT if cluster is None else cluster.claimant,
+            room=self.delegate.room,
         )
         self.gate = Gate()
         self._state_loaded = False

@@ -254,6 +254,20 @@ def finish(
     return [r[0] for r in changed]
 
 
+def release(conn: Conn, ids: Sequence[int], *, claimant: str) -> list[int]:
+    """Schedules still processing by `claimant` back to pending as they were (planned time
+    kept, so they keep their place in the due order): a tick claimed them for a request that
+    found no room after all. Returns the ids released."""
+    if not ids:
+        return []
+    changed = conn.executemany(
+        "UPDATE tracker_schedules SET status = 'pending', started_ms = NULL, claimant = NULL"
+        " WHERE id = ? AND status = 'processing' AND claimant = ? RETURNING id",
+        [(sid, claimant) for sid in ids],
+    )
+    return [r[0] for r in changed]
+
+
 def recover_processing(conn: Conn, now_ms: int, also: str | None = None) -> int:
     """Schedules processing by a claimant that is no live member (a dead or paused process),
     and those of `also` (this process, when it stopped its own ticks), run again now

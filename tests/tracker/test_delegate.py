@@ -96,6 +96,27 @@ async def test_waiting_for_room_instead_of_raising(autojump_clock: trio.testing.
     assert len(seen) == 10
 
 
+async def test_room_is_what_the_task_kinds_proxies_let_through_now() -> None:
+    seen: list[httpx.Request] = []
+    delegate = make(
+        [ProxyConfig(name="a", tasks=["bulk"]), ProxyConfig(name="b", tasks=["snapshot", "bulk"])],
+        ok_handler(seen),
+        clock=lambda: START_MS,
+    )
+    delegate.assume_idle()
+    # the bulk windows: 5 at once and one per 200 ms, on each of the two proxies
+    assert await delegate.room("bulk", 1000, 100) == 18
+    assert await delegate.room("bulk", 1000, 7) == 7
+    assert await delegate.room("snapshot", 1000, 100) == 39  # b alone: 20 at once, 19 more
+    assert await delegate.room("discovery", 1000, 100) == 0
+    for _ in range(5):
+        await delegate.request(URL, "bulk")
+    assert await delegate.room("bulk", 1000, 100) == 13  # reserves nothing itself
+    delegate.penalize("a")
+    delegate.penalize("b")
+    assert await delegate.room("bulk", 200, 100) == 0
+
+
 @pytest.mark.parametrize("status", [500, 502, 412, 404])
 async def test_http_errors_propagate_without_trying_another_proxy(status: int) -> None:
     calls: list[httpx.Request] = []

@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import pytest
 
+from daemon.config_types import Duration
 from daemon.net.ratelimit import (
     Window,
+    conforming_within,
     conservative_tat,
     earliest_conforming,
     reserve_all,
@@ -50,6 +52,62 @@ def test_earliest_conforming(tats_ms: list[int], now: int, expected: int) -> Non
     assert at == expected
     assert reserve_all(tats, at, [W1, W2]) is not None
     assert reserve_all(tats, at - 1, [W1, W2]) is None or at == now
+
+
+def greedy_count(tats: list[int], now: int, end: int, margin_ms: int = 0) -> int:
+    """Requests reserved ms by ms, as many as conform at each ms, before `end`."""
+    count = 0
+    for at in range(now, end):
+        while (reserved := reserve_all(tats, at, [W1, W2], margin_ms)) is not None:
+            tats, count = reserved, count + 1
+    return count
+
+
+@pytest.mark.parametrize(
+    ("tats_ms", "now", "horizon", "margin", "expected"),
+    [
+        ([0, 0], 0, 1000, 0, 3),  # two at once, the third 500 ms later; then W2 is spent
+        ([0, 0], 0, 500, 0, 2),  # the third would come at 500: in the next window
+        ([0, 0], 0, 501, 0, 3),
+        ([0, 0], 0, 10_000, 0, 5),  # W2: 3 at once, then one each 3 1/3 s
+        ([0, 0], 0, 0, 0, 0),
+        ([1000, 20_000], 0, 13_334, 0, 0),  # W2 full until 13 334
+        ([1000, 20_000], 0, 13_335, 0, 1),
+        ([0, 0], 0, 600, 0, 3),
+        ([0, 0], 0, 600, 100, 2),  # a 100 ms margin: the second at 100 ms, the third at 600
+        ([0, 0], 5000, 1000, 0, 3),  # idle history banks no more than the bursts
+    ],
+)
+def test_conforming_within_table(
+    tats_ms: list[int], now: int, horizon: int, margin: int, expected: int
+) -> None:
+    tats = ms(tats_ms)
+    got = conforming_within(tats, now, [W1, W2], horizon, 100, margin)
+    assert got == expected
+    assert got == greedy_count(tats, now, now + horizon, margin)
+
+
+def test_conforming_within_stops_at_the_limit_and_reserves_nothing() -> None:
+    tats = ms([0, 0])
+    assert conforming_within(tats, 0, [W1, W2], 10_000, 2) == 2
+    assert conforming_within([], 0, [], 10_000, 7) == 7  # no window: only the limit
+    assert tats == ms([0, 0])
+
+
+def test_proxy_limiter_room_follows_its_windows() -> None:
+    limiter = ProxyLimiter(
+        [Limit(requests=2, per=Duration(1))], [Limit(requests=1, per=Duration(2))], now=0
+    )
+    limiter.restore({key: 0 for key in limiter.tats})
+    assert limiter.room(0, 500, bulk=False, limit=10) == 2  # the third at 500 ms
+    assert limiter.room(0, 1000, bulk=False, limit=10) == 3
+    assert limiter.room(0, 1000, bulk=True, limit=10) == 1  # the bulk window allows one per 2 s
+    assert limiter.try_acquire(0, bulk=True)
+    assert limiter.room(0, 1000, bulk=True, limit=10) == 0
+    assert limiter.room(0, 2001, bulk=True, limit=10) == 1
+    assert limiter.room(0, 500, bulk=False, limit=10) == 1
+    limiter.exhaust(0)
+    assert limiter.room(0, 500, bulk=False, limit=10) == 0
 
 
 def test_conservative_tat_allows_no_burst() -> None:

@@ -209,6 +209,30 @@ async def test_shared_reservations_follow_the_gcra_on_plain_values(store: Store)
                                         ("bulk:2/1000ms", later + 6000)]  # fmt: skip
 
 
+async def test_a_shared_proxys_room_is_what_its_stored_windows_allow(store: Store) -> None:
+    async def room(now: int, horizon: int = 1000) -> int | None:
+        return await store.read(lambda c: ls.room(c, "relay1", WINDOWS, horizon, 10, now_ms=now))
+
+    # never used: no room to count from until its windows are started (burst spent now), which
+    # only a write does; a read-only count that started them at each read would never reach one
+    assert await room(T0) is None
+    started = await store.write(
+        lambda c: ls.room(c, "relay1", WINDOWS, 1000, 10, now_ms=T0, create=True)
+    )
+    assert started == 1  # the bulk window: the next at T0 + 500
+    assert await room(T0 + 400) == 2  # at T0 + 500 and T0 + 1000: counted from the start
+    assert not (await store.write(lambda c: ls.reserve(c, "relay1", WINDOWS, now_ms=T0))).granted
+    assert (await store.write(lambda c: ls.reserve(c, "relay1", WINDOWS, now_ms=T0 + 500))).granted
+    assert await room(T0 + 500) == 1  # the next at T0 + 1000
+    assert await room(T0 + 500, 500) == 0
+    later = T0 + 10_000
+    assert await room(later) == 3  # the bulk burst of 2, then one 500 ms later
+    assert await room(later, 10_000) == 10  # at most the limit
+    for _ in range(2):
+        assert (await store.write(lambda c: ls.reserve(c, "relay1", WINDOWS, now_ms=later))).granted
+    assert await room(later) == 1
+
+
 async def test_two_instances_through_one_proxy_never_exceed_its_limits(
     two_stores: tuple[Store, Store],
 ) -> None:

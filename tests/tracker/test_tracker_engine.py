@@ -418,3 +418,169 @@ async def test_failed_completion_stores_nothing_and_is_recovered(
     (snaps,) = (await env.q("SELECT count(*) FROM tracker_snapshots"))[0]
     assert snaps == 4
     assert await env.schedules(1) == [("normal", "completed"), ("normal", "pending")]
+
+
+class Room:
+    """A fake `Tracker.room`: a fixed number of requests per task within any horizon."""
+
+    def __init__(self, **free: int) -> None:
+        self.free = free
+        self.asked: list[tuple[str, int, int]] = []
+
+    async def __call__(self, task: str, horizon_ms: int, limit: int) -> int:
+        self.asked.append((task, horizon_ms, limit))
+        return min(self.free.get(task, 0), limit)
+
+
+async def songs_due(env: Env, count: int, type_: str = "normal") -> None:
+    """`count` ingested videos, each with one schedule of `type_` due in aid order."""
+    for aid in range(1, count + 1):
+        env.client.add(aid, lambda now, a=aid: a * 10)
+    await env.tracker.discovery_pass()
+    await env.tracker.ingest_pass(limit=count + 10)
+    await env.store.write(lambda c: c.execute("DELETE FROM tracker_schedules"))
+    now = env.clock()
+    for aid in range(1, count + 1):
+        await env.tracker.schedule(aid, type_, now + aid, force=True)
+
+
+async def statuses(env: Env) -> dict[int, str]:
+    """The status of each video's first schedule (the one `songs_due` planned)."""
+    out: dict[int, str] = {}
+    for aid, status in await env.q("SELECT aid, status FROM tracker_schedules ORDER BY id"):
+        out.setdefault(aid, status)
+    return out
+
+
+async def due_order(env: Env) -> list[tuple[int, int]]:
+    """(aid, planned_ms) of the pending schedules in the order the ticks take them."""
+    return [
+        (aid, planned)
+        for aid, planned in await env.q(
+            "SELECT aid, planned_ms FROM tracker_schedules WHERE status = 'pending'"
+            " ORDER BY planned_ms, id"
+        )
+    ]
+
+
+async def test_bulk_tick_claims_only_what_its_proxies_can_send_this_tick(
+    env: Env, autojump_clock: Any
+) -> None:
+    await songs_due(env, 65)
+    order = await due_order(env)  # window throttling spread the planned times
+    env.tracker.room = room = Room(bulk=1)
+    sent = trio.Event()
+    original = env.client.bulk_stats
+
+    async def held(aids: Any) -> Any:
+        await sent.wait()
+        return await original(aids)
+
+    env.client.bulk_stats = held  # type: ignore[method-assign]
+    limiter = trio.CapacityLimiter(4)
+    await sleep_until(env, order[-1][1])
+    async with trio.open_nursery() as nursery:
+        assert await env.tracker.bulk_tick(nursery, limiter) == 30  # one group: the first 30
+        assert await env.tracker.bulk_tick(nursery, limiter) == 0  # claimed, not sent yet
+        sent.set()
+    assert room.asked[0] == ("bulk", 15 * SECOND, rules.BULK_LIMIT)
+    assert room.asked[1] == ("bulk", 15 * SECOND, rules.BULK_LIMIT + 1)
+    first = await statuses(env)
+    assert [a for a, s in first.items() if s == "completed"] == sorted(a for a, _ in order[:30])
+    assert [a for a, _ in await due_order(env)][:35] == [a for a, _ in order[30:]]
+    async with trio.open_nursery() as nursery:
+        assert await env.tracker.bulk_tick(nursery, limiter) == 30  # the next 30, in order
+    # the last 5 stay pending (no room), with their planned times, until one would leave the
+    # tick's lookback before the next tick: then its group is claimed anyway
+    room.free["bulk"] = 0
+    last = order[60:]
+    await sleep_until(env, min(p for _, p in last) + rules.BULK_LOOKBACK_MS - 15 * SECOND)
+    async with trio.open_nursery() as nursery:
+        assert await env.tracker.bulk_tick(nursery, limiter) == 0
+    assert [r for r in await due_order(env) if r[0] in dict(last)] == last
+    await trio.sleep(0.001)
+    async with trio.open_nursery() as nursery:
+        assert await env.tracker.bulk_tick(nursery, limiter) == 5
+    assert env.client.requests["bulk"] == 3
+    assert env.tracker.stats.lag_summary(env.clock())["normal"]["count"] == 65
+
+
+async def sleep_until(env: Env, at_ms: int) -> None:
+    await trio.sleep(max(at_ms - env.clock(), 0) / 1000)
+
+
+async def test_single_tick_claims_only_what_its_proxies_can_send_this_tick(
+    env: Env, autojump_clock: Any
+) -> None:
+    await songs_due(env, 5, "milestone")
+    env.tracker.room = Room(snapshot=2)
+    async with trio.open_nursery() as nursery:
+        assert await env.tracker.snapshot_tick(nursery) == 2
+    first = await statuses(env)
+    assert [a for a, s in first.items() if s == "completed"] == [1, 2]
+    await trio.sleep(1)
+    async with trio.open_nursery() as nursery:
+        assert await env.tracker.snapshot_tick(nursery) == 2
+    assert env.client.requests["view"] == 4
+
+
+async def test_two_instances_each_claim_what_their_own_proxies_can_send(
+    env: Env, autojump_clock: Any
+) -> None:
+    """The bug this rule fixes: the first instance's tick claimed every due group and waited on
+    its own proxy while the other found nothing to claim."""
+    await songs_due(env, 90)
+    order = await due_order(env)
+    await sleep_until(env, order[-1][1])
+    other = Tracker(
+        env.tracker.config, env.store, env.client, env.classifier, clock=env.clock,
+        rng=random.Random(4), claimant="b/1", room=Room(bulk=1),
+    )  # fmt: skip
+    env.tracker.room = Room(bulk=1)
+    limiter = trio.CapacityLimiter(4)
+    async with trio.open_nursery() as nursery:
+        assert await env.tracker.bulk_tick(nursery, limiter) == 30
+        assert await other.bulk_tick(nursery, limiter) == 30
+    done = await env.q(
+        "SELECT claimant, aid FROM tracker_schedules WHERE status = 'completed' ORDER BY id"
+    )
+    assert {a for c, a in done if c == "local"} == {a for a, _ in order[:30]}
+    assert {a for c, a in done if c == "b/1"} == {a for a, _ in order[30:60]}
+
+
+async def test_a_claimed_request_that_finds_no_room_hands_its_rows_back_in_place(
+    env: Env, autojump_clock: Any
+) -> None:
+    await songs_due(env, 40)
+    order = await due_order(env)
+    await sleep_until(env, order[-1][1])
+    env.tracker.room = Room(bulk=1, snapshot=1)
+    env.client.fail["bulk"] = [NoProxyAvailable("bulk")]  # another task took the room meanwhile
+    limiter = trio.CapacityLimiter(4)
+    async with trio.open_nursery() as nursery:
+        assert await env.tracker.bulk_tick(nursery, limiter) == 30
+    assert await due_order(env) == order  # all pending again, planned as before
+    assert (await env.q("SELECT count(*) FROM tracker_schedules WHERE claimant IS NOT NULL")) == [
+        (0,)
+    ]
+    async with trio.open_nursery() as nursery:
+        assert await env.tracker.bulk_tick(nursery, limiter) == 30  # the same first 30
+    assert [a for a, s in (await statuses(env)).items() if s == "completed"] == sorted(
+        a for a, _ in order[:30]
+    )
+    # about to leave the lookback: the spec's no_proxy retry, not handed back
+    await sleep_until(env, order[30][1] + rules.BULK_LOOKBACK_MS - 15 * SECOND + 1)
+    env.client.fail["bulk"] = [NoProxyAvailable("bulk")]
+    async with trio.open_nursery() as nursery:
+        assert await env.tracker.bulk_tick(nursery, limiter) == 10
+    last = await statuses(env)
+    assert {last[a] for a, _ in order[30:]} == {"no_proxy"}
+    # a single snapshot likewise
+    await env.tracker.schedule(1, "milestone", env.clock() + 10, force=True)
+    await trio.sleep(0.01)
+    env.client.fail["view"] = [NoProxyAvailable("snapshot")]
+    async with trio.open_nursery() as nursery:
+        assert await env.tracker.snapshot_tick(nursery) == 1
+    assert await env.q(
+        "SELECT status, claimant FROM tracker_schedules WHERE type = 'milestone'"
+    ) == [("pending", None)]

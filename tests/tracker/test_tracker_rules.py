@@ -393,3 +393,24 @@ def test_discovery_paging() -> None:
     assert rules.discovery_continues([5, 1], [5])
     assert not rules.discovery_continues([1, 2], [])
     assert not rules.discovery_continues([], [])
+
+
+@pytest.mark.parametrize(
+    ("room", "expiring", "expected"),
+    [
+        (None, 0, [1, 2, 3, 4, 5]),  # no bound: every unit
+        (2, 0, [1, 2, 3]),  # the first two units, in their order
+        (0, 0, []),
+        (5, 0, [1, 2, 3, 4, 5]),
+        (0, 150, [1, 2]),  # a unit with a row about to leave the lookback is taken anyway
+        (1, 450, [1, 2, 3, 4]),
+    ],
+)
+def test_within_room(room: int | None, expiring: int, expected: list[int]) -> None:
+    units = [
+        [(1, 10, "normal", 100), (2, 20, "normal", 200)],
+        [(3, 30, "normal", 300)],
+        [(4, 40, "archive", 400)],
+        [(5, 50, "archive", 500)],
+    ]
+    assert [r[0] for r in rules.within_room(units, room, expiring)] == expected
