@@ -365,12 +365,14 @@ class PostgresBackend:
         own: they die with their process (kill -9 included) or its connection, so a crash never
         leaves one stuck."""
         conn = connect(self.dsn, self.schema, timeout=self.connect_timeout)
+
+        def taken(lock: int, key: str, *, shared: bool = False) -> bool:
+            which = "pg_try_advisory_lock_shared" if shared else "pg_try_advisory_lock"
+            row = conn.execute(f"SELECT {which}($1::integer, hashtext($2))", (lock, key))
+            return bool((row.fetchone() or (False,))[0])
+
         try:
-            which = "pg_try_advisory_lock_shared" if instance else "pg_try_advisory_lock"
-            row = conn.execute(
-                f"SELECT {which}($1::integer, hashtext($2))", (INSTANCE_LOCK, self.schema)
-            ).fetchone()
-            if not (row and row[0]):
+            if not taken(INSTANCE_LOCK, self.schema, shared=bool(instance)):
                 raise StoreUnavailable(
                     f"postgres: schema {self.schema} at {describe_dsn(self.dsn)} is in use by"
                     f" {'a store copy' if instance else 'a running crawld'}"
@@ -378,11 +380,7 @@ class PostgresBackend:
                 )
             if instance:
                 key = f"{self.schema}/{instance}"
-                row = conn.execute(
-                    "SELECT pg_try_advisory_lock($1::integer, hashtext($2))",
-                    (MEMBER_LOCK, key),
-                ).fetchone()
-                if not (row and row[0]):
+                if not taken(MEMBER_LOCK, key):
                     raise StoreUnavailable(
                         f"postgres: instance name {instance!r} is in use on schema {self.schema}"
                         f" at {describe_dsn(self.dsn)} by another live crawld"
