@@ -52,7 +52,8 @@ async def run_daemon(
             _opened_store(daemon, backend, cfg.store.group_commit_max) as store,
         ):
             daemon.store = store
-            daemon.outbox = Outbox(store)
+            # Cluster members share streams: a producer's wake-up may be in another process.
+            daemon.outbox = Outbox(store, poll_s=None if backend.name == "sqlite" else 0.2)
             for install in installers if installers is not None else areas.installers():
                 install(daemon)
             try:

@@ -215,11 +215,18 @@ class Signal:
 
 
 class Outbox:
-    """Durable streams in the store, with wake-ups for the drainers that read them."""
+    """Durable streams in the store, with wake-ups for the drainers that read them.
 
-    def __init__(self, store: Store, clock_ms: Callable[[], int] = now_ms) -> None:
+    `poll_s`: when other processes share the store (cluster mode), a stream's producer and its
+    drainer may live in different instances and no local wake-up comes: a waiting drainer (or a
+    producer held back by its backlog) looks again after this long."""
+
+    def __init__(
+        self, store: Store, clock_ms: Callable[[], int] = now_ms, *, poll_s: float | None = None
+    ) -> None:
         self.store = store
         self.clock_ms = clock_ms
+        self.poll_s = poll_s
         self._appended: dict[str, Signal] = {}
         self._acked: dict[str, Signal] = {}
 
@@ -262,7 +269,7 @@ class Outbox:
             items = await self.store.read(lambda c: read_after(c, stream, after, limit))
             if items or not wait:
                 return items
-            await woken.wait()
+            await self._wait(woken)
 
     async def ack(
         self, stream: str, upto_seq: int, also: Callable[[Conn], Any] | None = None
@@ -287,7 +294,14 @@ class Outbox:
             woken = self._signal(self._acked, stream).event
             if await self.store.read(lambda c: backlog(c, stream)) < bound:
                 return
+            await self._wait(woken)
+
+    async def _wait(self, woken: trio.Event) -> None:
+        if self.poll_s is None:
             await woken.wait()
+        else:
+            with trio.move_on_after(self.poll_s):
+                await woken.wait()
 
     async def take(self, stream: str, count: int) -> tuple[list[Item], int]:
         """Embedded-queue read: remove and return up to `count` live items in order.

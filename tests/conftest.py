@@ -187,7 +187,8 @@ def _daemons_on_postgres(request: pytest.FixtureRequest, monkeypatch: pytest.Mon
 @pytest.fixture
 async def instances(tmp_path: Path, pg_schema: tuple[str, str]) -> AsyncIterator[Instances]:
     """crawld processes on one PostgreSQL schema (tests/cluster/harness.py `Instances`), every
-    one killed at the end, whatever happened."""
+    one killed at the end, whatever happened; the end of each one's log is printed (pytest shows
+    it when the test failed)."""
     from tests.cluster.harness import Instances
 
     cluster = Instances(tmp_path / "instances", *pg_schema)
@@ -195,3 +196,6 @@ async def instances(tmp_path: Path, pg_schema: tuple[str, str]) -> AsyncIterator
         yield cluster
     finally:
         await cluster.aclose()
+        for key, instance in cluster.by_key.items():
+            tail = instance.stderr().splitlines()[-40:]
+            print(f"--- instance {key}, the end of its log:", *tail, sep="\n")

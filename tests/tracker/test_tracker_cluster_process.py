@@ -151,7 +151,8 @@ async def test_three_instances_share_the_relay_and_take_over_a_killed_ones_sched
                     break
                 procs["c"].send_signal(signal.SIGCONT)
             assert paused
-            with trio.fail_after(LEASE_S * 3 + 5):
+            # (liveness, not speed: a claims them as its relay's room allows)
+            with trio.fail_after(60):
                 while (await claimants(db, paused)) != {"a"}:
                     await trio.sleep(0.05)
             procs["c"].send_signal(signal.SIGCONT)
