@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -20,6 +21,12 @@ from daemon.systemd import Notifier
 
 if TYPE_CHECKING:
     from tests.cluster.harness import Instances
+
+
+def unlabelled(metrics: str) -> str:
+    """/metrics text without the `instance` label a daemon on PostgreSQL (a cluster member, if
+    alone) puts on every sample, so tests read the same lines on both backends."""
+    return re.sub(r'instance="[^"]*",?', "", metrics).replace("{}", "")
 
 
 async def serve_daemon(nursery: trio.Nursery, path: Path) -> Daemon:

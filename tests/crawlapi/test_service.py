@@ -12,6 +12,7 @@ from daemon.app import Daemon
 from daemon.crawl import store as crawlstore
 from daemon.crawl.service import CrawlService
 from daemon.fakes.site import SiteSim
+from tests.conftest import unlabelled
 
 from .conftest import CONFIG, wait_finished
 
@@ -23,7 +24,7 @@ async def test_status_and_metrics(client: httpx.AsyncClient, site: SiteSim) -> N
     assert await wait_finished(client, job_id) == "completed"
     section = (await client.get("/status")).json()["crawl"]
     assert section["pages_fetched"] >= 6 and section["jobs_running"] == 0
-    metrics = (await client.get("/metrics")).text
+    metrics = unlabelled((await client.get("/metrics")).text)
     assert 'crawld_crawl_pages_total{outcome="fetched"}' in metrics
     assert 'crawld_crawl_jobs_total{kind="crawl",status="completed"}' in metrics
     openapi = (await client.get("/openapi.json")).json()
