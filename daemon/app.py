@@ -53,7 +53,7 @@ async def run_daemon(
         ):
             daemon.store = store
             # Cluster members share streams: a producer's wake-up may be in another process.
-            daemon.outbox = Outbox(store, poll_s=None if backend.name == "sqlite" else 0.2)
+            daemon.outbox = Outbox(store, poll_s=0.2 if backend.shared else None)
             for install in installers if installers is not None else areas.installers():
                 install(daemon)
             try:

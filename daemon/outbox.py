@@ -214,6 +214,16 @@ class Signal:
         self.event = trio.Event()
 
 
+async def woken_or_polled(woken: trio.Event, poll_s: float | None) -> None:
+    """Wait for a local wake-up, or (`poll_s` given: another process may have written what is
+    awaited, with no wake-up here) at most `poll_s`."""
+    if poll_s is None:
+        await woken.wait()
+    else:
+        with trio.move_on_after(poll_s):
+            await woken.wait()
+
+
 class Outbox:
     """Durable streams in the store, with wake-ups for the drainers that read them.
 
@@ -297,11 +307,7 @@ class Outbox:
             await self._wait(woken)
 
     async def _wait(self, woken: trio.Event) -> None:
-        if self.poll_s is None:
-            await woken.wait()
-        else:
-            with trio.move_on_after(self.poll_s):
-                await woken.wait()
+        await woken_or_polled(woken, self.poll_s)
 
     async def take(self, stream: str, count: int) -> tuple[list[Item], int]:
         """Embedded-queue read: remove and return up to `count` live items in order.

@@ -73,7 +73,7 @@ def install(daemon: Daemon) -> None:
         daemon.store,
         instance=config.instance_name(cfg),
         lease_s=cfg.cluster.lease,
-        multi=daemon.store.backend.name != "sqlite",
+        multi=daemon.store.backend.shared,
         offers=offers_for(cfg),
         address=address,
     )

@@ -441,13 +441,6 @@ class JobDrainer:
         if lease.lost.is_set() or lease.deadline <= trio.current_time():
             raise LeaseLost(lease.name)
 
-    async def _idle(self, woken: trio.Event) -> None:
-        if self.poll_s is None:
-            await woken.wait()
-        else:
-            with trio.move_on_after(self.poll_s):
-                await woken.wait()
-
     async def run(self) -> None:
         job = self.job
         try:
@@ -502,7 +495,7 @@ class JobDrainer:
                     return
                 if terminated:
                     return
-                await self._idle(woken)
+                await outbox_mod.woken_or_polled(woken, self.poll_s)
                 continue
             if job.gone is not None:
                 if not await self._skip_disk(batch):
@@ -574,7 +567,7 @@ class JobDrainer:
                 continue
             if terminated:
                 return
-            await self._idle(woken)
+            await outbox_mod.woken_or_polled(woken, self.poll_s)
 
     async def _gone(self, item: Item, final: Final, *, durable: bool) -> bool:
         """The endpoint answered 410 Gone for `item`: record the one error and the mark, skip

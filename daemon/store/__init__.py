@@ -129,6 +129,8 @@ class Backend(Protocol):
     readers: int
     storage_errors: tuple[type[BaseException], ...]
     rolled_back: tuple[type[BaseException], ...]
+    shared: bool
+    """Whether other processes may write to this store at the same time (cluster mode)."""
     """Errors after which the server rolled the transaction back on its own (a deadlock, a
     serialization failure): run it again; the database is fine."""
     probe_every: float | None

@@ -228,6 +228,8 @@ class PostgresBackend:
     name = "postgres"
     storage_errors = STORAGE_ERRORS
     rolled_back = RETRY_ALWAYS
+    shared = True
+    """Other crawld processes (cluster members) may write to the same schema."""
     probe_every: float | None = 2.0
     errors: tuple[type[BaseException], ...] = (psycopg.Error, psycopg_pool.PoolTimeout)
 

@@ -91,6 +91,8 @@ class SqliteBackend:
     name = "sqlite"
     storage_errors = STORAGE_ERRORS
     rolled_back: tuple[type[BaseException], ...] = ()
+    shared = False
+    """A file only this process opens: one cluster member."""
     probe_every: float | None = None
     errors: tuple[type[BaseException], ...] = (apsw.Error,)
 
