@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from daemon import __version__, config
+from daemon import __version__, settings
 from daemon.logs import get_logger, setup_logging
 
 if TYPE_CHECKING:
@@ -25,15 +25,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from daemon.store.errors import StoreUnavailable
 
     try:
-        cfg = config.load(args.config)
-    except config.ConfigError as exc:
+        cfg = settings.load(args.config)
+    except settings.ConfigError as exc:
         setup_logging("info")
         log.error("cannot start: invalid configuration", error=str(exc))
         return 2
     setup_logging(cfg.daemon.log_level)
     try:
         return trio.run(run_daemon, cfg)
-    except config.ConfigError as exc:
+    except settings.ConfigError as exc:
         log.error("cannot start", error=str(exc))
         return 2
     except StoreUnavailable as exc:
@@ -43,12 +43,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
     try:
-        cfg = config.load(args.path)
+        cfg = settings.load(args.path)
         from daemon.app import check_secrets
 
         if args.secrets:
             check_secrets(cfg)
-    except config.ConfigError as exc:
+    except settings.ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     tasks = len(cfg.collector.tasks)
@@ -58,7 +58,7 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_postgres(cfg: config.Config) -> int:
+def _check_postgres(cfg: settings.Config) -> int:
     """Connect to the configured PostgreSQL and say what is there (or exactly what is wrong)."""
     from daemon.store.errors import StoreUnavailable
     from daemon.store.postgres import inspect
@@ -94,7 +94,7 @@ def _check_postgres(cfg: config.Config) -> int:
     return _check_cluster(cfg, os.environ[cfg.store.dsn_env]) if info.schema_version else 0
 
 
-def _check_cluster(cfg: config.Config, dsn: str) -> int:
+def _check_cluster(cfg: settings.Config, dsn: str) -> int:
     """List the members of the store's cluster and what this config would disagree on with
     the live ones (a different lease is an error, the rest warnings)."""
     import psycopg
@@ -115,7 +115,7 @@ def _check_cluster(cfg: config.Config, dsn: str) -> int:
     except (StoreUnavailable, psycopg.Error) as exc:
         print(f"error: cluster: cannot read the members: {exc}", file=sys.stderr)
         return 2
-    lines, warnings, errors = cluster_report(members, offers_for(cfg), config.instance_name(cfg))
+    lines, warnings, errors = cluster_report(members, offers_for(cfg), settings.instance_name(cfg))
     for line in lines:
         print(line)
     for warning in warnings:
@@ -169,9 +169,9 @@ def _cmd_store_copy(args: argparse.Namespace) -> int:
     from daemon.store.errors import StoreUnavailable
 
     try:
-        configs = [config.load(args.from_config), config.load(args.to_config)]
+        configs = [settings.load(args.from_config), settings.load(args.to_config)]
         for cfg in configs:
-            config.resolve_secret(cfg.store.dsn_env, "$.store.dsn_env")
+            settings.resolve_secret(cfg.store.dsn_env, "$.store.dsn_env")
         source, target = (backend_for(cfg) for cfg in configs)
         if source.location == target.location:
             raise CopyRefused(f"both configs name the same store ({source.location})")
@@ -181,7 +181,7 @@ def _cmd_store_copy(args: argparse.Namespace) -> int:
         counts = copy_store(
             source, target, progress=lambda table, n: print(f"  {table}: {n} rows", flush=True)
         )
-    except (config.ConfigError, CopyRefused, StoreUnavailable) as exc:
+    except (settings.ConfigError, CopyRefused, StoreUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     rows = sum(c.target for c in counts)
@@ -195,11 +195,11 @@ def status_request(config_path: str | None, url: str | None) -> tuple[str, dict[
     base = url or DEFAULT_URL
     key = os.environ.get("CRAWLD_API_KEY")
     if config_path is not None:
-        cfg = config.load(config_path)
+        cfg = settings.load(config_path)
         if url is None:
             base = cfg.http.public_url or f"http://{cfg.http.bind}"
         if cfg.http.api_key_env is not None:
-            key = config.resolve_secret(cfg.http.api_key_env, "$.http.api_key_env")
+            key = settings.resolve_secret(cfg.http.api_key_env, "$.http.api_key_env")
     first = next((k.strip() for k in (key or "").split(",") if k.strip()), None)
     headers = {"Authorization": f"Bearer {first}"} if first else {}
     return base.rstrip("/") + "/status", headers
@@ -210,7 +210,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
     try:
         url, headers = status_request(args.config, args.url)
-    except config.ConfigError as exc:
+    except settings.ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:

@@ -5,7 +5,7 @@
 #
 # Areas (control, jobs, collector, tracker, crawl, http) plug in through `install(daemon)`, listed
 # in `daemon/areas.py`: they add components, API routes, /status sections and reload hooks to the
-# Daemon (`daemon/runtime.py`) and never touch each other. This module imports no area.
+# Daemon (`daemon/process.py`) and never touch each other. This module imports no area.
 #
 # Reload (SIGHUP) builds the new Config completely and checks its secrets before anything
 # changes; only then do the reload hooks apply the diff and the reference is swapped. A bad file
@@ -20,11 +20,12 @@ from typing import Any
 
 import trio
 
-from daemon import __version__, areas, config, metrics
+from daemon import __version__, areas, metrics, settings
 from daemon.logs import get_logger
 from daemon.outbox import Outbox
-from daemon.runtime import Daemon, Installer
-from daemon.store import StoreUnavailable, backend_for, open_store
+from daemon.process import Daemon, Installer
+from daemon.settings import Config, ConfigDiff
+from daemon.store import Backend, Store, StoreUnavailable, backend_for, open_store
 from daemon.supervise import ComponentState, GaveUp, supervise
 from daemon.systemd import Notifier, run_watchdog
 
@@ -35,25 +36,31 @@ check_secrets = areas.check_secrets
 default_installers = areas.installers
 
 
+def reread(old: Config) -> tuple[Config, ConfigDiff]:
+    """The file `old` came from, read again and checked (secrets included), and what changed."""
+    new = settings.load(old.source)
+    areas.check_secrets(new)
+    return new, settings.diff(old, new)
+
+
 async def run_daemon(
-    cfg: config.Config,
+    cfg: Config,
     *,
     installers: list[Installer] | None = None,
     notifier: Notifier | None = None,
     task_status: trio.TaskStatus[Daemon] = trio.TASK_STATUS_IGNORED,
 ) -> int:
     """Run the daemon until SIGTERM/SIGINT or `request_stop()`; return the exit code."""
-    daemon = Daemon(cfg, notifier=notifier or Notifier(), check_secrets=areas.check_secrets)
+    daemon = Daemon(cfg, notifier=notifier or Notifier(), reread=reread)
     areas.check_secrets(cfg)
     backend = backend_for(cfg)
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async with (
-            _held(daemon, backend, config.instance_name(cfg)),
+            _held(daemon, backend, settings.instance_name(cfg)),
             _opened_store(daemon, backend, cfg.store.group_commit_max) as store,
         ):
             daemon.store = store
-            # Cluster members share streams: a producer's wake-up may be in another process.
-            daemon.outbox = Outbox(store, poll_s=0.2 if backend.shared else None)
+            daemon.outbox = Outbox(store)
             for install in installers if installers is not None else areas.installers():
                 install(daemon)
             try:
@@ -66,7 +73,7 @@ async def run_daemon(
 
 
 @contextlib.asynccontextmanager
-async def _held(daemon: Daemon, backend: Any, instance: str) -> AsyncIterator[None]:
+async def _held(daemon: Daemon, backend: Backend, instance: str) -> AsyncIterator[None]:
     """backend.hold(instance) (one process per state dir, or per instance name on a PostgreSQL
     schema), entered and left in a thread: on PostgreSQL it is a connection of its own."""
     hold = backend.hold(instance)
@@ -82,7 +89,9 @@ async def _held(daemon: Daemon, backend: Any, instance: str) -> AsyncIterator[No
 
 
 @contextlib.asynccontextmanager
-async def _opened_store(daemon: Daemon, backend: Any, group_commit_max: int) -> AsyncIterator[Any]:
+async def _opened_store(
+    daemon: Daemon, backend: Backend, group_commit_max: int
+) -> AsyncIterator[Store]:
     """open_store, with a start-up failure (server unreachable, newer schema) in STATUS=."""
     opening = True
     try:

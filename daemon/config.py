@@ -1,8 +1,12 @@
-# config.toml decodes into one immutable value: frozen msgspec Structs that reject unknown keys.
-# msgspec reports the key path of a bad value (`$.collector.tasks[2].date_field`); cross-field
-# checks (unique ids, references between sections) raise the same ConfigError with a path, so a
-# user always learns which key in which file is wrong. Reload builds a whole new Config and diffs
-# it against the running one before anything changes (see `diff`).
+# The core's part of config.toml: the sections of the shared mechanisms (daemon, http, store,
+# broker, cluster, jobs, webhooks), the errors and secret resolution every section uses, and what
+# a reload hands to its hooks. The whole file (these sections plus each area's own, defined next
+# to its code) is assembled in `daemon/settings.py`, above every area: the core never names an
+# area, and reads the whole config only through `CoreConfig`, the sections it owns.
+#
+# Values decode into frozen msgspec Structs that reject unknown keys; msgspec reports the key
+# path of a bad value (`$.collector.tasks[2].date_field`), and cross-field checks raise the same
+# ConfigError with a path, so a user always learns which key in which file is wrong.
 #
 # Secrets never live in the file: options ending in `_env` name the environment variable that
 # holds the secret, and `resolve_secret` reads it when a component starts.
@@ -13,20 +17,12 @@ import os
 import re
 import socket
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 import msgspec
 
-from daemon.config_types import (
-    Duration,
-    Section,
-    check_timezone,
-    dec_hook,
-    enc_hook,
-)
-from daemon.crawl.config import CrawlConfig
+from daemon.config_types import Duration, Section, enc_hook
 from daemon.jobs import webhook_rules
-from daemon.tracker.config import TrackerConfig
 
 
 class ConfigError(Exception):
@@ -116,7 +112,7 @@ def is_loopback_host(host: str) -> bool:
 class StoreConfig(Section, frozen=True):
     kind: Literal["sqlite", "postgres"] = "sqlite"
     """sqlite: one file in the state dir (the default, one host). postgres: a schema of a
-    PostgreSQL database, named by the URL in `dsn_env` (see README "Store backends")."""
+    PostgreSQL database, named by the URL in `dsn_env` (see docs/how-to/postgresql.md)."""
     dsn_env: str | None = None
     """postgres: the environment variable holding the libpq URL
     (postgresql://user:pass@host:5432/db?sslmode=require); never the URL itself."""
@@ -169,7 +165,7 @@ class ClusterConfig(Section, frozen=True):
             raise ValueError(f"lease must be between 2s and 300s, got {self.lease}s")
 
 
-def instance_name(config: Config) -> str:
+def instance_name(config: CoreConfig) -> str:
     """`[cluster] instance`, or the host name."""
     name = config.cluster.instance or socket.gethostname().split(".")[0] or "crawld"
     return re.sub(r"[^A-Za-z0-9_.:-]", "-", name)[:63]
@@ -205,6 +201,7 @@ WebhookEvent = Literal[
     "started", "page", "completed", "failed",
     "crawl.started", "crawl.page", "crawl.completed", "crawl.failed",
     "batch_scrape.started", "batch_scrape.page", "batch_scrape.completed", "batch_scrape.failed",
+    "extract.started", "extract.completed", "extract.failed",
 ]  # fmt: skip
 
 
@@ -264,77 +261,6 @@ def webhook_spec(value: str | WebhookSpec | None) -> WebhookSpec | None:
     return value
 
 
-class AccountConfig(Section, frozen=True):
-    name: str
-    base_url: str = "https://openapi.octoparse.com"
-    username: str | None = None
-    password_env: str | None = None
-    api_key_env: str | None = None
-    """Use an `x-api-key` (op_sk_…) instead of username/password tokens."""
-    rate_limit: float = 20.0
-    """Requests per second for all tasks of this account (Octoparse allows 20 per IP)."""
-    timeout: Duration = Duration(30)
-
-    def __post_init__(self) -> None:
-        if not self.base_url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must be an http(s) URL, got {self.base_url!r}")
-        if self.api_key_env is None and (self.username is None or self.password_env is None):
-            raise ValueError("set api_key_env, or both username and password_env")
-        if self.rate_limit <= 0:
-            raise ValueError("rate_limit must be positive")
-
-
-class TaskConfig(Section, frozen=True):
-    id: str
-    """Our name for the task: used in the API, logs, message headers and message ids."""
-    account: str
-    task_id: str
-    """The Octoparse taskId."""
-    date_field: str
-    date_formats: list[str] = []
-    timezone: str = "Asia/Shanghai"
-    filter_days: float | None = None
-    missing_date: Literal["drop", "keep"] = "drop"
-    interval: Duration | None = None
-    enabled: bool = True
-    paging: Literal["backward", "forward"] = "backward"
-    batch_size: int | None = None
-    ttl_from: Literal["fixed", "record"] = "fixed"
-    webhook: WebhookURL | WebhookSpec | None = None
-
-    def __post_init__(self) -> None:
-        if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", self.id):
-            raise ValueError(f"id must be 1-64 letters, digits, '.', '_' or '-', got {self.id!r}")
-        if self.batch_size is not None and not 1 <= self.batch_size <= 1000:
-            raise ValueError("batch_size must be between 1 and 1000")
-        if self.filter_days is not None and self.filter_days <= 0:
-            raise ValueError("filter_days must be positive")
-        if isinstance(self.webhook, str):
-            check_webhook_url(self.webhook)
-        check_timezone(self.timezone)
-
-
-class CollectorConfig(Section, frozen=True):
-    enabled: bool = True
-    auto_start: bool = True
-    filter_days: float = 7
-    max_expired_batches: int = 3
-    batch_size: int = 100
-    interval: Duration = Duration(600)
-    max_pending: int = 20_000
-    """Rows a task may leave in the outbox before its crawler waits for the drainer."""
-    accounts: list[AccountConfig] = []
-    tasks: list[TaskConfig] = []
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.batch_size <= 1000:
-            raise ValueError("batch_size must be between 1 and 1000")
-        if self.max_expired_batches < 1:
-            raise ValueError("max_expired_batches must be at least 1")
-        if self.filter_days <= 0:
-            raise ValueError("filter_days must be positive")
-
-
 class JobsConfig(Section, frozen=True):
     store: bool = True
     """Keep webhook events in the durable outbox; false keeps them in a bounded memory queue."""
@@ -365,63 +291,7 @@ class WebhooksConfig(Section, frozen=True):
             raise ValueError("per_host_concurrency must be at least 1")
 
 
-class Config(Section, frozen=True):
-    daemon: DaemonConfig = DaemonConfig()
-    http: HttpConfig = HttpConfig()
-    store: StoreConfig = StoreConfig()
-    broker: BrokerConfig = BrokerConfig()
-    cluster: ClusterConfig = ClusterConfig()
-    collector: CollectorConfig = CollectorConfig()
-    tracker: TrackerConfig = TrackerConfig()
-    crawl: CrawlConfig = CrawlConfig()
-    jobs: JobsConfig = JobsConfig()
-    webhooks: WebhooksConfig = WebhooksConfig()
-    source: str = ""
-    """The file this value was read from (set by `load`, not written in the file)."""
-
-
-def _check_references(config: Config) -> None:
-    accounts = {}
-    for i, account in enumerate(config.collector.accounts):
-        if account.name in accounts:
-            raise ValueError(
-                f"duplicate account name {account.name!r} - at `$.collector.accounts[{i}].name`"
-            )
-        accounts[account.name] = account
-    seen: set[str] = set()
-    for i, task in enumerate(config.collector.tasks):
-        path = f"$.collector.tasks[{i}]"
-        if task.id in seen:
-            raise ValueError(f"duplicate task id {task.id!r} - at `{path}.id`")
-        seen.add(task.id)
-        if task.account not in accounts:
-            raise ValueError(f"unknown account {task.account!r} - at `{path}.account`")
-
-
-def decode(text: str | bytes, source: str = "<string>") -> Config:
-    """Decode and validate config text; raise ConfigError naming `source` and the key path."""
-    try:
-        config = msgspec.toml.decode(text, type=Config, dec_hook=dec_hook)
-        if config.source:
-            raise ValueError(
-                "`source` is set by crawld and cannot be written in the file - at `$.source`"
-            )
-        _check_references(config)
-    except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
-        raise ConfigError(f"{source}: {exc}") from None
-    return msgspec.structs.replace(config, source=source)
-
-
-def load(path: str | os.PathLike[str]) -> Config:
-    """Read and validate a config file."""
-    try:
-        text = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    return decode(text, source=str(path))
-
-
-def state_dir(config: Config) -> Path:
+def state_dir(config: CoreConfig) -> Path:
     """The state directory: $STATE_DIRECTORY under systemd, else relative to the config file."""
     if env := os.environ.get("STATE_DIRECTORY"):
         return Path(env.split(":")[0])
@@ -459,7 +329,32 @@ def to_builtins(value: Any) -> Any:
     return msgspec.to_builtins(value, enc_hook=enc_hook)
 
 
+class CoreConfig(Protocol):
+    """What the core reads of the whole config (`daemon.settings.Config`): its own sections and
+    the file they came from. Core code that needs more than one section takes this."""
+
+    @property
+    def daemon(self) -> DaemonConfig: ...
+    @property
+    def http(self) -> HttpConfig: ...
+    @property
+    def store(self) -> StoreConfig: ...
+    @property
+    def broker(self) -> BrokerConfig: ...
+    @property
+    def cluster(self) -> ClusterConfig: ...
+    @property
+    def jobs(self) -> JobsConfig: ...
+    @property
+    def webhooks(self) -> WebhooksConfig: ...
+    @property
+    def source(self) -> str: ...
+
+
 class ConfigDiff(msgspec.Struct, frozen=True):
+    """What a reload changes (`daemon.settings.diff`): collector tasks by id, other sections by
+    name; each reload hook gets it with the old and the new config."""
+
     tasks_added: list[str]
     tasks_removed: list[str]
     tasks_changed: list[str]
@@ -484,35 +379,3 @@ class ConfigDiff(msgspec.Struct, frozen=True):
             if items:
                 parts.append(f"{label}: {', '.join(items)}")
         return "; ".join(parts)
-
-
-def diff(old: Config, new: Config) -> ConfigDiff:
-    """What changed between two configs: tasks by id, other sections by name."""
-    old_tasks = {t.id: t for t in old.collector.tasks}
-    new_tasks = {t.id: t for t in new.collector.tasks}
-    old_accounts = {a.name: a for a in old.collector.accounts}
-    new_accounts = {a.name: a for a in new.collector.accounts}
-    changed = [
-        tid
-        for tid, task in new_tasks.items()
-        if tid in old_tasks
-        and (
-            task != old_tasks[tid]
-            or old_accounts.get(task.account) != new_accounts.get(task.account)
-        )
-    ]
-    sections = [
-        name
-        for name in old.__struct_fields__
-        if name not in ("collector", "source") and getattr(old, name) != getattr(new, name)
-    ]
-    old_collector = msgspec.structs.replace(old.collector, accounts=[], tasks=[])
-    new_collector = msgspec.structs.replace(new.collector, accounts=[], tasks=[])
-    if old_collector != new_collector:
-        sections.append("collector")
-    return ConfigDiff(
-        tasks_added=[t for t in new_tasks if t not in old_tasks],
-        tasks_removed=[t for t in old_tasks if t not in new_tasks],
-        tasks_changed=changed,
-        sections_changed=sections,
-    )

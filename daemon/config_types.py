@@ -1,7 +1,7 @@
 # Building blocks of the config model shared by every section module (daemon/config.py and the
 # areas' own `config.py`): durations written like "10m", the strict frozen section base, and the
-# value checks several sections need. Kept apart so an area's section can be defined next to its
-# code without importing the whole config module (which imports the sections).
+# value checks several sections need. Kept apart so a section module needs only these, not the
+# core's sections (daemon/config.py) or the whole file (daemon/settings.py).
 from __future__ import annotations
 
 import re

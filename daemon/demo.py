@@ -3,8 +3,10 @@
 # that keeps growing, a webhook receiver prints the events it gets, and the daemon collects with
 # the embedded queue (or RabbitMQ when one answers and --broker amqp is given). The Bilibili
 # simulator publishes videos into its newlist over time (one song close to 100k views), so the
-# tracker discovers, classifies and snapshots them right away. The demo's
-# config is written to a file in the state directory, so `kill -HUP` reloads it like the real thing.
+# tracker discovers, classifies and snapshots them right away. A generated web site and an
+# OpenAI-compatible model simulator serve the crawl API's json and summary formats ([llm]). The
+# demo's config is written to a file in the state directory, so `kill -HUP` reloads it like the
+# real thing.
 # With $CRAWLD_API_KEY set, the demo's API asks for that key and the printed commands send it.
 from __future__ import annotations
 
@@ -17,10 +19,12 @@ from pathlib import Path
 
 import trio
 
-from daemon import config
+from daemon import settings
 from daemon.fakes import bilibili
 from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
+from daemon.fakes.openai_compat import OpenAICompatService, serve_openai_compat
 from daemon.fakes.receiver import WebhookReceiver
+from daemon.fakes.site import SiteSim, serve_site
 from daemon.logs import get_logger, setup_logging
 
 log = get_logger("demo")
@@ -69,6 +73,14 @@ retry_schedule = ["1s", "5s", "30s"]
 enabled = true
 base_url = "{bilibili}"
 discovery_interval = "20s"
+
+[crawl]
+allow_cidrs = ["127.0.0.0/8"]     # the demo's web site runs on this machine
+
+[llm]                              # the model simulator (real ones: docs/how-to/llm-formats.md)
+base_url = "{llm}/v1"
+model = "crawld-sim-1"
+max_concurrency = 4
 """
 
 
@@ -81,6 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--publish-every", type=float, default=15.0, help="seconds between new Bilibili videos"
     )
+    parser.add_argument("--site", default="127.0.0.1:8704", help="generated web site address")
+    parser.add_argument("--llm", default="127.0.0.1:8706", help="model simulator address")
     parser.add_argument("--broker", choices=["embedded", "amqp"], default="embedded")
     parser.add_argument("--amqp-url", default="amqp://guest@127.0.0.1:5672/")
     parser.add_argument("--rows", type=int, default=3000, help="rows the demo task starts with")
@@ -131,6 +145,8 @@ async def run_demo(args: argparse.Namespace) -> int:
     task_id = sim.add_task("demo", rows=args.rows, days=args.days)
     receiver = WebhookReceiver(bind=args.receiver)
     bili = _bilibili_sim(args.publish_every)
+    site = SiteSim(pages=50)
+    model = OpenAICompatService(latency=(0.2, 0.5))
     async with trio.open_nursery() as nursery:
         sim_host, sim_port = await nursery.start(
             lambda task_status: serve_sim(sim, args.octoparse, task_status=task_status)
@@ -138,6 +154,12 @@ async def run_demo(args: argparse.Namespace) -> int:
         rx_host, rx_port = await nursery.start(receiver.run)
         bili_host, bili_port = await nursery.start(
             lambda task_status: bilibili.serve_sim(bili, args.bilibili, task_status=task_status)
+        )
+        await nursery.start(
+            lambda task_status: serve_site(site, args.site, task_status=task_status)
+        )
+        llm_host, llm_port = await nursery.start(
+            lambda task_status: serve_openai_compat(model, args.llm, task_status=task_status)
         )
         path = state / "crawld-demo.toml"
         text = CONFIG.format(
@@ -152,38 +174,15 @@ async def run_demo(args: argparse.Namespace) -> int:
             task_id=task_id,
             receiver=f"http://{rx_host}:{rx_port}",
             bilibili=f"http://{bili_host}:{bili_port}",
+            llm=f"http://{llm_host}:{llm_port}",
         )
         await trio.Path(path).write_text(text, encoding="utf-8")
-        cfg = config.load(path)
-        api = f"http://{args.http}"
-        auth = f' -H "Authorization: Bearer ${KEY_ENV}"' if keyed else ""
-        json_type = " -H 'Content-Type: application/json'"
-        print(
-            f"""
-crawld demo (pid {os.getpid()}), state in {state}
-  Octoparse simulator  http://{sim_host}:{sim_port}   (GET /_sim/stats)
-                       task "demo": {args.rows} rows over {args.days:g} days,
-                       +{args.grow} rows every {args.grow_every:g}s
-  webhook receiver     http://{rx_host}:{rx_port}   (GET /_receiver/summary)
-  Bilibili simulator   http://{bili_host}:{bili_port}   (GET /_sim/stats)
-                       a new video every {args.publish_every:g}s, one song nearing 100k views
-  crawld API           {api}   config {path}
-
-Try, in another terminal:
-  curl -s{auth} {api}/status | python3 -m json.tool     # what every part is doing
-  curl -s{auth} {api}/queue/size                 # rows waiting in the {args.broker} queue
-  curl -s{auth} -XPOST '{api}/consume?count=2' | python3 -m json.tool   # takes them off
-  curl -s{auth}{json_type} {api}/crawl/start -d '{{"task_id": "demo"}}'   # 409 while running
-  curl -s http://{rx_host}:{rx_port}/_receiver/summary             # webhook events received
-  curl -s {api}/metrics | grep crawld_
-  curl -s{auth} {api}/status | python3 -c 'import json,sys; print(json.load(sys.stdin)["tracker"])'
-  curl -s{auth} {api}/tracker/milestones | python3 -m json.tool   # songs nearest a milestone
-  curl -s{auth} {api}/tracker/schedules | python3 -m json.tool    # schedules by type and status
-Stop with Ctrl-C.
-""",
-            file=sys.stderr,
-            flush=True,
-        )
+        cfg = settings.load(path)
+        _print_banner(
+            args, state, path, keyed, site,
+            sim=f"{sim_host}:{sim_port}", rx=f"{rx_host}:{rx_port}",
+            bili=f"{bili_host}:{bili_port}", llm=f"{llm_host}:{llm_port}",
+        )  # fmt: skip
         nursery.start_soon(_grow, sim, task_id, args.grow, args.grow_every)
         started = time.monotonic()
         code = await run_daemon(cfg)
@@ -191,6 +190,48 @@ Stop with Ctrl-C.
         receiver.stop()
         nursery.cancel_scope.cancel()
     return code
+
+
+def _print_banner(
+    args: argparse.Namespace, state: Path, path: Path, keyed: bool, site: SiteSim, *,
+    sim: str, rx: str, bili: str, llm: str,
+) -> None:  # fmt: skip
+    """Where each simulator listens and what to try, on stderr."""
+    api = f"http://{args.http}"
+    auth = f' -H "Authorization: Bearer ${KEY_ENV}"' if keyed else ""
+    json_type = " -H 'Content-Type: application/json'"
+    print(
+        f"""
+crawld demo (pid {os.getpid()}), state in {state}
+  Octoparse simulator  http://{sim}   (GET /_sim/stats)
+                   task "demo": {args.rows} rows over {args.days:g} days,
+                   +{args.grow} rows every {args.grow_every:g}s
+  webhook receiver     http://{rx}   (GET /_receiver/summary)
+  Bilibili simulator   http://{bili}   (GET /_sim/stats)
+                   a new video every {args.publish_every:g}s, one song nearing 100k views
+  web site             {site.url("/", host="127.0.0.1")}   (50 generated pages)
+  model simulator      http://{llm}/v1   (OpenAI-compatible; GET /_sim/stats)
+  crawld API           {api}   config {path}
+
+Try, in another terminal:
+  curl -s{auth} {api}/status | python3 -m json.tool     # what every part is doing
+  curl -s{auth} {api}/queue/size                 # rows waiting in the {args.broker} queue
+  curl -s{auth} -XPOST '{api}/consume?count=2' | python3 -m json.tool   # takes them off
+  curl -s{auth}{json_type} {api}/crawl/start -d '{{"task_id": "demo"}}'   # 409 while running
+  curl -s http://{rx}/_receiver/summary             # webhook events received
+  curl -s {api}/metrics | grep crawld_
+  curl -s{auth} {api}/status | python3 -c 'import json,sys; print(json.load(sys.stdin)["tracker"])'
+  curl -s{auth} {api}/tracker/milestones | python3 -m json.tool   # songs nearest a milestone
+  curl -s{auth} {api}/tracker/schedules | python3 -m json.tool    # schedules by type and status
+  curl -s{auth}{json_type} {api}/v2/scrape -d '{{"url": "{site.url("/pages/3", host="127.0.0.1")}",
+"formats": ["summary", {{"type": "json", "schema": {{"type": "object",
+"properties": {{"title": {{"type": "string"}}}}}}}}]}}' | python3 -m json.tool   # LLM formats
+  curl -s{auth} {api}/v2/team/token-usage | python3 -m json.tool   # tokens the model counted
+Stop with Ctrl-C.
+""",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def main(argv: list[str]) -> int:

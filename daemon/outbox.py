@@ -5,7 +5,9 @@
 # the in-flight batch (same key: message_id / webhookId) but never lose an item.
 #
 # The sync functions (`append`, `ack`, `read_after_cursor`, …) run inside a caller's store
-# transaction; `Outbox` wraps them for trio code and wakes the drainers after the commit.
+# transaction; `Outbox` wraps them for trio code. An append wakes the stream's drainer and an
+# `Outbox` ack its held-back producer through the store's wake-ups (daemon/store/wake.py), in
+# whichever cluster member they wait, once the transaction commits.
 # An item may point to the job row that stores its body (a collector row is kept once, for the
 # queue and for the run's `data`); reads join it back, so drainers always see whole items.
 # `MemoryStream` is the bounded in-memory variant with the same interface, for runs without a
@@ -20,7 +22,7 @@ from typing import Any, Protocol
 import msgspec
 import trio
 
-from daemon.store import Conn, Store, one
+from daemon.store import Conn, Store, one, wake
 
 
 def now_ms() -> int:
@@ -95,6 +97,7 @@ def append(
             for i, it in enumerate(items)
         ),
     )
+    wake.notify(conn, wake.APPENDED, stream)
     return list(range(first, last + 1))
 
 
@@ -215,8 +218,7 @@ class Signal:
 
 
 async def woken_or_polled(woken: trio.Event, poll_s: float | None) -> None:
-    """Wait for a local wake-up, or (`poll_s` given: another process may have written what is
-    awaited, with no wake-up here) at most `poll_s`."""
+    """Wait for a wake-up, or (`poll_s` given: a wake-up may be lost) at most `poll_s`."""
     if poll_s is None:
         await woken.wait()
     else:
@@ -225,30 +227,16 @@ async def woken_or_polled(woken: trio.Event, poll_s: float | None) -> None:
 
 
 class Outbox:
-    """Durable streams in the store, with wake-ups for the drainers that read them.
+    """Durable streams in the store, with wake-ups for the drainers that read them and the
+    producers they hold back (the store's, so they come from whichever process committed)."""
 
-    `poll_s`: when other processes share the store (cluster mode), a stream's producer and its
-    drainer may live in different instances and no local wake-up comes: a waiting drainer (or a
-    producer held back by its backlog) looks again after this long."""
-
-    def __init__(
-        self, store: Store, clock_ms: Callable[[], int] = now_ms, *, poll_s: float | None = None
-    ) -> None:
+    def __init__(self, store: Store, clock_ms: Callable[[], int] = now_ms) -> None:
         self.store = store
         self.clock_ms = clock_ms
-        self.poll_s = poll_s
-        self._appended: dict[str, Signal] = {}
-        self._acked: dict[str, Signal] = {}
-
-    def _signal(self, table: dict[str, Signal], stream: str) -> Signal:
-        sig = table.get(stream)
-        if sig is None:
-            sig = table[stream] = Signal()
-        return sig
 
     def notify_appended(self, stream: str) -> None:
-        """Call after committing a transaction that appended to `stream` by hand."""
-        self._signal(self._appended, stream).fire()
+        """Wake this process's drainer of `stream` (a write through `append` already does)."""
+        self.store.wakeups.fire(wake.APPENDED, stream)
 
     async def append(
         self,
@@ -265,34 +253,34 @@ class Outbox:
                 also(conn)
             return seqs
 
-        seqs = await self.store.write(tx)
-        self.notify_appended(stream)
-        return seqs
+        return await self.store.write(tx)
 
     async def next_batch(
         self, stream: str, limit: int, *, after: int = 0, wait: bool = True
     ) -> list[Item]:
         """The next items after the ack cursor (and after seq `after`), in order; waits until
         there is at least one, unless `wait` is False (then it may return none)."""
+        wakeups = self.store.wakeups
         while True:
-            woken = self._signal(self._appended, stream).event
+            woken = wakeups.event(wake.APPENDED, stream)
             items = await self.store.read(lambda c: read_after(c, stream, after, limit))
             if items or not wait:
                 return items
-            await self._wait(woken)
+            await wakeups.wait(woken)
 
     async def ack(
         self, stream: str, upto_seq: int, also: Callable[[Conn], Any] | None = None
     ) -> None:
-        """Advance the cursor and delete acked items (plus `also(conn)`) in one transaction."""
+        """Advance the cursor and delete acked items (plus `also(conn)`) in one transaction;
+        wakes the stream's producer waiting for room."""
 
         def tx(conn: Conn) -> None:
             ack(conn, stream, upto_seq)
+            wake.notify(conn, wake.ACKED, stream)
             if also is not None:
                 also(conn)
 
         await self.store.write(tx)
-        self._signal(self._acked, stream).fire()
 
     async def state(self, stream: str) -> StreamState:
         return await self.store.read(lambda c: stream_state(c, stream))
@@ -300,14 +288,12 @@ class Outbox:
     async def wait_pending_below(self, stream: str, bound: int) -> None:
         """Wait until fewer than `bound` items are pending (the producer's backpressure); each
         check is O(1) whatever the backlog."""
+        wakeups = self.store.wakeups
         while True:
-            woken = self._signal(self._acked, stream).event
+            woken = wakeups.event(wake.ACKED, stream)
             if await self.store.read(lambda c: backlog(c, stream)) < bound:
                 return
-            await self._wait(woken)
-
-    async def _wait(self, woken: trio.Event) -> None:
-        await woken_or_polled(woken, self.poll_s)
+            await wakeups.wait(woken)
 
     async def take(self, stream: str, count: int) -> tuple[list[Item], int]:
         """Embedded-queue read: remove and return up to `count` live items in order.
@@ -332,11 +318,11 @@ class Outbox:
                     else:
                         taken.append(item)
                 ack(conn, stream, upto)
+            if upto:
+                wake.notify(conn, wake.ACKED, stream)
             return taken, expired
 
-        result = await self.store.write(tx)
-        self._signal(self._acked, stream).fire()
-        return result
+        return await self.store.write(tx)
 
 
 class Stream(Protocol):

@@ -1,24 +1,30 @@
-# The running daemon as the areas see it: its config, store and outbox, and the registries an
-# area fills when it is installed (components, API routes, /status sections, reload hooks, metric
-# refreshers). Areas import this module, never `daemon.app`, and `daemon.app` never imports an
-# area's internals: the list of areas lives in `daemon/areas.py`.
+# The running daemon as the core sees it: its config, store and outbox, the core services (the
+# cluster, the jobs manager, the LLM service), and the registries a part fills when it is
+# installed (components, /status sections, reload hooks, metric refreshers). It names no area and
+# no surface: the whole config is a type parameter (daemon/settings.py Config), and the HTTP
+# surface's registries and the areas' services are added by the assembly (daemon/process.py).
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import msgspec
 import trio
 
-from daemon import config, metrics
-from daemon.config import Config
+from daemon import metrics
+from daemon.config import ConfigDiff, ConfigError, CoreConfig
 from daemon.logs import get_logger
 from daemon.outbox import Outbox, now_ms
 from daemon.store import Store
 from daemon.supervise import ComponentState
 from daemon.systemd import Notifier
+
+if TYPE_CHECKING:
+    from daemon.cluster import Cluster
+    from daemon.jobs.manager import JobManager
+    from daemon.llm.service import LlmService
 
 log = get_logger("daemon")
 
@@ -29,8 +35,11 @@ class ReloadResult(msgspec.Struct):
     message: str
 
 
+C = TypeVar("C", bound=CoreConfig)
+"""The whole config's type (daemon/settings.py Config); the core knows it as CoreConfig."""
 ComponentFn = Callable[..., Awaitable[None]]
-ReloadHook = Callable[[config.Config, config.Config, config.ConfigDiff], Awaitable[None]]
+ReloadHook = Callable[[C, C, ConfigDiff], Awaitable[None]]
+"""Called with the running config, the new one and what changed, before the new one is used."""
 StatusSection = Callable[[], Awaitable[dict[str, Any]]]
 # Sections whose change needs a restart: they shape resources opened once at start.
 RESTART_SECTIONS = ("http", "store", "broker", "cluster")
@@ -42,11 +51,17 @@ class Component:
     run: ComponentFn
 
 
-@dataclass
-class Daemon:
-    """The running process: its config, store and the parts the areas installed."""
+def _cannot_reread(config: Any) -> tuple[Any, ConfigDiff]:
+    raise ConfigError(f"{config.source}: this process was started without a way to reread it")
 
-    config: config.Config
+
+@dataclass
+class Daemon(Generic[C]):
+    """The running process: its config, store, the core services and what the parts installed.
+    Each service is None until the part that makes it is installed (cluster first, then jobs,
+    then llm: daemon/areas.py)."""
+
+    config: C
     notifier: Notifier = field(default_factory=Notifier)
     store: Store | None = None
     outbox: Outbox | None = None
@@ -56,30 +71,26 @@ class Daemon:
     started_monotonic: float = field(default_factory=time.monotonic)
     components: list[Component] = field(default_factory=list)
     component_states: dict[str, ComponentState] = field(default_factory=dict)
-    routes: list[Any] = field(default_factory=list)
-    pages: list[Any] = field(default_factory=list)
-    """Starlette routes served behind the same edge but left out of /openapi.json (the console)."""
-    sessions: Any = None
-    """The console's session check (daemon/api/edge.py SessionCheck), once daemon/ui installed."""
-    http_stats: Any = None
-    """The running HTTP edge's EdgeStats, for a route that refuses on the edge's behalf."""
     status_sections: dict[str, StatusSection] = field(default_factory=dict)
-    reload_hooks: list[ReloadHook] = field(default_factory=list)
-    cluster: Any = None
+    reload_hooks: list[ReloadHook[C]] = field(default_factory=list)
+    cluster: Cluster | None = None
     """This process's Cluster (daemon/cluster/): membership and leases, on either backend."""
-    jobs: Any = None
+    jobs: JobManager | None = None
     """The JobManager (daemon/jobs/manager.py) once the jobs part is installed."""
+    llm: LlmService | None = None
+    """The LlmService (daemon/llm/service.py), installed before the areas; exists with or
+    without `[llm]` (its `configured()` says whether calls can be made)."""
     metric_refreshers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     """Run before each /metrics scrape to set gauges that need a store read."""
-    parts: dict[str, Any] = field(default_factory=dict)
-    """The objects each area installed, by name ("collector", …), for the API and tests."""
     http_address: tuple[str, int] | None = None
     stop_requested: trio.Event = field(default_factory=trio.Event)
     stopped: trio.Event = field(default_factory=trio.Event)
     """Set once every component ended and the store is closed."""
     http_shutdown: trio.Event = field(default_factory=trio.Event)
-    check_secrets: Callable[[Config], None] = lambda cfg: None
-    """Every area's secret check (daemon/areas.py); reload runs it before applying a file."""
+    reread: Callable[[C], tuple[C, ConfigDiff]] = _cannot_reread
+    """Reads the file the running config came from again, checks every secret it names and says
+    what changed (set by daemon/app.py); ConfigError when the file cannot be used. Run in a
+    thread."""
 
     def add_component(self, name: str, run: ComponentFn) -> None:
         self.components.append(Component(name, run))
@@ -96,11 +107,8 @@ class Daemon:
         """Re-read the config file; apply it only if it is entirely valid."""
         self.notifier.reloading("reloading configuration")
         previous_state, self.state = self.state, "reloading"
-        source = self.config.source
         try:
-            new = await trio.to_thread.run_sync(config.load, source)
-            self.check_secrets(new)
-            change = config.diff(self.config, new)
+            new, change = await trio.to_thread.run_sync(self.reread, self.config)
             for section in RESTART_SECTIONS:
                 if section in change.sections_changed:
                     log.warning("section changed; it takes effect after a restart", section=section)
@@ -114,7 +122,7 @@ class Daemon:
             metrics.config_generation.set(self.generation)
             log.info("configuration reloaded", generation=self.generation, changes=change.summary())
             ok = True
-        except config.ConfigError as exc:
+        except ConfigError as exc:
             message = f"reload rejected, keeping generation {self.generation}: {exc}"
             self.last_reload = ReloadResult(False, now_ms(), message)
             metrics.reloads.labels("rejected").inc()
@@ -126,7 +134,3 @@ class Daemon:
 
     def request_stop(self) -> None:
         self.stop_requested.set()
-
-
-Installer = Callable[[Daemon], None]
-"""An area's `install(daemon)`: registers its components, routes, sections and hooks."""

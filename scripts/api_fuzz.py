@@ -9,7 +9,9 @@ report, stops crawld and prints how long the run took, how many requests it made
 failures it found. The exit status is non-zero when any run has a failure.
 
 Left out, because they fetch pages or call upstreams: POST /v2/scrape, /v2/crawl,
-/v2/batch/scrape, /v2/map (and crawls they would start) and GET /discover (Octoparse).
+/v2/batch/scrape, /v2/map, /v2/search, /v2/extract, their /v1 twins (and jobs they would start).
+GET /discover is fuzzed: with no collector account configured it answers from the config alone
+and never calls Octoparse.
 """
 
 from __future__ import annotations
@@ -31,7 +33,20 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 KEY_ENV = "CRAWLD_FUZZ_API_KEY"
 KEY = "fuzz-" + os.urandom(16).hex()
-NETWORK_PATHS = ["/v2/scrape", "/v2/crawl", "/v2/batch/scrape", "/v2/map", "/discover"]
+NETWORK_PATHS = [
+    "/v2/scrape",
+    "/v2/crawl",
+    "/v2/batch/scrape",
+    "/v2/map",
+    "/v2/search",
+    "/v2/extract",
+    "/v1/scrape",
+    "/v1/crawl",
+    "/v1/batch/scrape",
+    "/v1/map",
+    "/v1/search",
+    "/v1/extract",
+]
 
 CONFIG = """
 [daemon]

@@ -39,7 +39,7 @@ import httpx
 import msgspec
 import trio
 
-from daemon import config
+from daemon import settings as config
 from daemon.app import Daemon, run_daemon
 from daemon.broker import delete_queue, split_password
 from daemon.collector.crawler import TaskCrawler

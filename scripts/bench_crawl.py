@@ -5,7 +5,9 @@ runs, one after the other (interleaved, so machine load hits both alike):
 
 - crawld: a fresh `crawld run` process; POST /v2/crawl of the site's page tree (robots.txt
   honoured, links followed, every page turned into a markdown document stored in SQLite and
-  counted), timed from the POST to status `completed`; peak RSS of the process (VmHWM).
+  counted, and written to the document cache), timed from the POST to status `completed`; peak
+  RSS of the process (VmHWM). Then the same crawl again on the same process: every page served
+  from the document cache (links followed from the copies), its pages/s against the first pass.
 - Scrapy: a minimal spider in its own process that imports nothing from `daemon`: robots.txt
   honoured, the same concurrency, and per page only the extraction of `<a href>` links (no
   markdown, no storage) - the fastest reasonable baseline for "crawl the site".
@@ -194,22 +196,32 @@ class Crawld:
         self.tmp.cleanup()
 
 
+def crawl_pass(daemon: Crawld, site: str, concurrency: int, pages: int) -> tuple[float, int]:
+    """(pages/s, pages) of one crawl of the page tree, from the POST to `completed`."""
+    t0 = time.perf_counter()
+    job = daemon.start({"url": f"{site}/pages/0", "sitemap": "skip", "limit": pages,
+                        "crawlEntireDomain": True, "includePaths": ["^/pages/"],
+                        "maxConcurrency": concurrency})  # fmt: skip
+    while (status := daemon.status(job))["status"] == "scraping":
+        time.sleep(0.05)
+    seconds = time.perf_counter() - t0
+    return status["completed"] / seconds, status["completed"]
+
+
 def crawld_round(
     site: str, concurrency: int, pages: int, browser: bool = False
-) -> tuple[float, float, int]:
+) -> tuple[float, float, int, float, int]:
+    """(pages/s, peak RSS MiB, pages) of a first crawl (every page fetched, and written to the
+    document cache), then (pages/s, pages) of the same crawl again on the same daemon: every
+    page from the cache (Firecrawl's default maxAge, 2 days), links followed from the copies."""
     daemon = Crawld(concurrency, browser)
     try:
-        t0 = time.perf_counter()
-        job = daemon.start({"url": f"{site}/pages/0", "sitemap": "skip", "limit": pages,
-                            "crawlEntireDomain": True, "includePaths": ["^/pages/"],
-                            "maxConcurrency": concurrency})  # fmt: skip
-        while (status := daemon.status(job))["status"] == "scraping":
-            time.sleep(0.05)
-        seconds = time.perf_counter() - t0
+        rate, done = crawl_pass(daemon, site, concurrency, pages)
         rss = proc_status(daemon.proc.pid, "VmHWM")
+        cached_rate, cached_done = crawl_pass(daemon, site, concurrency, pages)
     finally:
         daemon.close()
-    return status["completed"] / seconds, rss, status["completed"]
+    return rate, rss, done, cached_rate, cached_done
 
 
 def scrapy_round(
@@ -270,7 +282,7 @@ def main() -> int:
          "--pages", str(args.pages)],
         cwd=ROOT, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    ours: list[tuple[float, float, int]] = []
+    ours: list[tuple[float, float, int, float, int]] = []
     theirs: list[tuple[float, float, int]] = []
     try:
         wait_up(site + "/robots.txt")
@@ -281,6 +293,7 @@ def main() -> int:
                 ours.append(crawld_round(site, args.concurrency, args.pages, args.browser))
                 theirs.append(scrapy_round(args.scrapy_python, spider, site, args.concurrency))
                 print(f"round {r + 1}: crawld {ours[-1][0]:.0f} pages/s ({ours[-1][2]} pages), "
+                      f"from the cache {ours[-1][3]:.0f} pages/s ({ours[-1][4]} pages), "
                       f"scrapy {theirs[-1][0]:.0f} pages/s ({theirs[-1][2]} pages)")  # fmt: skip
     finally:
         site_proc.terminate()
@@ -301,10 +314,11 @@ def main() -> int:
 
 def report(
     args: argparse.Namespace,
-    ours: list[tuple[float, float, int]],
+    ours: list[tuple[float, float, int, float, int]],
     theirs: list[tuple[float, float, int]],
 ) -> None:
     rate = statistics.median(r[0] for r in ours)
+    cached = statistics.median(r[3] for r in ours)
     base = statistics.median(r[0] for r in theirs)
     print(
         f"\n{args.pages}-page site, concurrency {args.concurrency}, {args.rounds} rounds (medians)"
@@ -313,18 +327,13 @@ def report(
         f"  crawld (markdown documents stored): {rate:8.0f} pages/s   "
         f"peak RSS {statistics.median(r[1] for r in ours):6.0f} MiB"
     )
+    print(f"  crawld again, from the cache      : {cached:8.0f} pages/s")
     print(
         f"  scrapy (links only)               : {base:8.0f} pages/s   "
         f"peak RSS {statistics.median(r[1] for r in theirs):6.0f} MiB"
     )
     print(f"  ratio crawld / scrapy             : {rate / base:8.2f}x")
-    if args.frontier:
-        idle, rss, total = frontier_rss(args.frontier)
-        print(
-            f"\nfrontier of {total} URLs: crawld RSS {rss:.0f} MiB (idle {idle:.0f} MiB, "
-            f"+{rss - idle:.0f} MiB)"
-        )
-    return 0
+    print(f"  ratio cached pass / first pass    : {cached / rate:8.2f}x")
 
 
 if __name__ == "__main__":

@@ -60,11 +60,11 @@ trio.run(main)
 
 CANDIDATE = """
 import os, sys, trio
-from daemon import config
+from daemon import settings as config
 from daemon.api.app import ApiRoute, build_app, json
 from daemon.api.errors import read_json_body
 from daemon.api.server import serve_app
-from daemon.runtime import Daemon
+from daemon.process import Daemon
 
 os.environ["CRAWLD_BENCH_KEY"] = "other-key-0123456789abcdef, " + sys.argv[1]
 cfg = config.decode('[http]\\nbind = "127.0.0.1:0"\\napi_key_env = "CRAWLD_BENCH_KEY"\\n')

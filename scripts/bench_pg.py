@@ -15,12 +15,12 @@ the cost a caller pays per transaction. The baseline is the same statements with
 parameters in the same transactions, sent by a raw psycopg connection (RawCursor, autocommit off
 by explicit BEGIN/COMMIT) in a process of its own that imports nothing from `daemon` (checked):
 the statements are recorded once from the areas' functions, replayed by the baseline, so both
-sides send exactly the same SQL (a many-row plain INSERT goes as COPY on both sides, as the
-store's PostgreSQL backend sends it). Goal: store >= 0.7x raw for each. The same store path on
-SQLite is printed too (the PostgreSQL/SQLite ratio). Each side gets a fresh schema with the same
-set-up. Rounds are interleaved, figures are medians.
+sides send exactly the same SQL (a many-row plain INSERT goes as one multi-row INSERT on both
+sides, as the store's PostgreSQL backend sends it). Goal: store >= 0.7x raw for each. The same
+store path on SQLite is printed too (the PostgreSQL/SQLite ratio). Each side gets a fresh schema
+with the same set-up. Rounds are interleaved, figures are medians.
 
-`--driver` compares the two ways to drive psycopg from trio (README "Store backends").
+`--driver` compares the two ways to drive psycopg from trio (docs/explanations/store-contract.md).
 
 Usage: .venv/bin/python scripts/bench_pg.py [--n N] [--rounds N] [--driver]
        ($CRAWLD_BENCH_PG_DSN, default postgresql://postgres@127.0.0.1:5432/postgres)
@@ -86,11 +86,7 @@ def _replay(conn: Any, transactions: list[list[tuple[str, str, Any]]]) -> None:
         for kind, sql, params in tx:
             cur = conn.cursor()
             rows = " RETURNING " in sql or sql.startswith("SELECT")
-            if kind == "copy":
-                with cur.copy(sql) as copy:
-                    for row in params:
-                        copy.write_row(row)
-            elif kind == "many":
+            if kind == "many":
                 cur.executemany(sql, params, returning=rows)
                 if rows:
                     for result in cur.results():
@@ -166,10 +162,10 @@ def transactions(n: int) -> dict[str, tuple[Any, Any]]:
         ids = [r[0] for r in conn.executemany(
             "SELECT id FROM tracker_schedules WHERE aid = ? AND status = 'pending'",
             [(a,) for a in group])]  # fmt: skip
-        dues = tracker_store.claim(conn, ids, now)
+        dues = tracker_store.claim(conn, ids, now, claimant="bench")
         stats = {aid: _stat(Stat, 5000 + aid) for aid in group}
         tracker_store.complete_bulk(conn, dues, stats, now + 1000, now + 1000, capacity=1000,
-                                    rng=random.Random(i))  # fmt: skip
+                                    rng=random.Random(i), claimant="bench")  # fmt: skip
 
     def crawl_setup(conn: Any) -> None:
         job(conn, "kj", "crawl", WebhookFields(url="https://hooks.example.com/crawl"))
@@ -218,12 +214,13 @@ class Recorder:
         return self.inner.execute(sql, bindings)
 
     def executemany(self, sql: str, seq: Any) -> Any:
-        from daemon.store.dialect import to_postgres
+        from daemon.store.dialect import bulk_inserts, to_postgres
 
         params = [tuple(p) for p in seq]
         statement = to_postgres(sql)
-        if statement.copy is not None and len(params) > 1:
-            self.log.append(("copy", statement.copy, params))
+        if statement.bulk is not None and len(params) > 1:
+            for text, flat in bulk_inserts(statement, params):
+                self.log.append(("one", text, tuple(flat)))
         elif params:
             self.log.append(("many", statement.sql, params))
         return self.inner.executemany(sql, params)
@@ -276,7 +273,7 @@ async def driver_choice(n: int) -> dict[str, float]:
     import psycopg
     import trio
 
-    from daemon.asyncio_thread import open_asyncio_thread
+    from daemon.broker.asyncio_thread import open_asyncio_thread
 
     setup = "CREATE TEMP TABLE d(id INT PRIMARY KEY, n BIGINT); INSERT INTO d VALUES (1, 0)"
     sync = psycopg.Connection.connect(DSN, autocommit=True)

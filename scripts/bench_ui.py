@@ -72,7 +72,7 @@ async def bench_size(size: int, rounds: int, browser: object) -> dict[str, objec
     import httpx
     import trio
 
-    from daemon import config
+    from daemon import settings as config
     from daemon.app import run_daemon
     from daemon.systemd import Notifier
     from tests.ui.cdp import Browser

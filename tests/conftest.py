@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import trio
 
-from daemon import config
+from daemon import settings as config
 from daemon.app import Daemon, run_daemon
 from daemon.outbox import Outbox
 from daemon.store import Store, open_store
 from daemon.store.postgres import PostgresBackend
 from daemon.systemd import Notifier
+from tests.pgschemas import SchemaPool
 
 if TYPE_CHECKING:
     from tests.cluster.harness import Instances
@@ -65,6 +66,52 @@ def require_pg() -> str:
     return PG_DSN
 
 
+CLUSTER_MODULES = {
+    "tests/cluster/test_membership_process.py",
+    "tests/collector/test_cluster_collector.py",
+    "tests/crawlapi/test_cluster_process.py",
+    "tests/crawlapi/test_extract_cluster.py",
+    "tests/crawlapi/test_lease_faults.py",
+    "tests/integration/test_collector_cluster.py",
+    "tests/integration/test_collector_job_survives.py",
+    "tests/jobs/test_cluster_jobs.py",
+    "tests/jobs/test_cluster_process.py",
+    "tests/jobs/test_fault_process.py",
+    "tests/test_pgfault.py",
+    "tests/tracker/test_tracker_cluster_process.py",
+    "tests/tracker/test_tracker_cluster_store.py",
+}
+"""Tests that run several crawld processes (or stores) on one PostgreSQL and time leases,
+pauses and failovers against each other."""
+
+TIMING_MODULES = {
+    "tests/integration/test_broker.py",
+}
+"""Tests that time a real broker's own work (TTL expiry, requeues after a cancelled call,
+forced closes) in fractions of a second; beside other tests' load they would time the load.
+They run with CLUSTER_MODULES, alone."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """CRAWLD_TEST_CLUSTER=skip leaves out the tests of CLUSTER_MODULES and TIMING_MODULES,
+    =only runs just them. `scripts/test` runs the rest in pytest-xdist workers, then these
+    alone in one process: a test of what happens when a lease runs out, a member pauses or the
+    owner dies times instances against each other (and a broker test the broker), and a loaded
+    2-core machine would make it measure the load."""
+    choice = os.environ.get("CRAWLD_TEST_CLUSTER")
+    if choice not in ("skip", "only"):
+        return
+    root = Path(str(config.rootpath))
+    alone = CLUSTER_MODULES | TIMING_MODULES
+    kept, left = [], []
+    for item in items:
+        cluster = Path(str(item.path)).relative_to(root).as_posix() in alone
+        (kept if cluster == (choice == "only") else left).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
+
+
 @pytest.fixture
 def pg_schema() -> Iterator[tuple[str, str]]:
     """(dsn, schema): a schema of its own for one test, dropped after it."""
@@ -77,6 +124,32 @@ def pg_schema() -> Iterator[tuple[str, str]]:
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+_POOLS: dict[str, SchemaPool] = {}
+
+
+@pytest.fixture
+def pg_clean_schema(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    """(dsn, schema): a migrated schema of its own for one test, holding only what the
+    migrations put there, from a pool (tests/pgschemas.py): for a test that opens crawld on
+    it; one that tests migrations or schemas themselves takes `pg_schema`. A test that takes
+    `pg_schema` too gets that one here (both name the schema its processes run on)."""
+    if "pg_schema" in request.fixturenames:
+        yield request.getfixturevalue("pg_schema")
+        return
+    dsn = require_pg()
+    pool = _POOLS.setdefault(dsn, SchemaPool(dsn))
+    schema = pool.take()
+    try:
+        yield dsn, schema
+    finally:
+        pool.give_back(schema)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    for pool in _POOLS.values():
+        pool.close()
 
 
 def pg_backend(dsn: str, schema: str, **kwargs: Any) -> PostgresBackend:
@@ -105,7 +178,7 @@ def deployment(request: pytest.FixtureRequest) -> Deployment:
     """Each kill -9 test runs once per backend."""
     if request.param == "sqlite":
         return Deployment("sqlite")
-    dsn, schema = request.getfixturevalue("pg_schema")
+    dsn, schema = request.getfixturevalue("pg_clean_schema")
     toml = f'[store]\nkind = "postgres"\ndsn_env = "CRAWLD_TEST_STORE_DSN"\nschema = "{schema}"\n'
     return Deployment("postgres", toml, {"CRAWLD_TEST_STORE_DSN": dsn}, schema)
 
@@ -115,7 +188,7 @@ def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> Path | Postg
     """What open_store opens, on each backend: a SQLite path, or a PostgreSQL backend on a
     schema of the test's own."""
     if request.param == "postgres":
-        return pg_backend(*request.getfixturevalue("pg_schema"))
+        return pg_backend(*request.getfixturevalue("pg_clean_schema"))
     return tmp_path / "crawld.db"
 
 
@@ -127,9 +200,12 @@ async def store(store_target: Path | PostgresBackend) -> AsyncIterator[Store]:
 
 
 @pytest.fixture
-async def two_stores(pg_schema: tuple[str, str]) -> AsyncIterator[tuple[Store, Store]]:
+async def two_stores(
+    pg_clean_schema: tuple[str, str],
+) -> AsyncIterator[tuple[Store, Store]]:
     """Two processes' stores on one PostgreSQL schema (two cluster members)."""
-    async with open_store(pg_backend(*pg_schema)) as a, open_store(pg_backend(*pg_schema)) as b:
+    schema = pg_clean_schema
+    async with open_store(pg_backend(*schema)) as a, open_store(pg_backend(*schema)) as b:
         yield a, b
 
 
@@ -186,19 +262,19 @@ def _daemons_on_postgres(request: pytest.FixtureRequest, monkeypatch: pytest.Mon
     def on_postgres(cfg: config.Config) -> Any:
         if cfg.store.kind != "sqlite":
             return backend_for(cfg)
-        return pg_backend(*request.getfixturevalue("pg_schema"))
+        return pg_backend(*request.getfixturevalue("pg_clean_schema"))
 
     monkeypatch.setattr(daemon.app, "backend_for", on_postgres)
 
 
 @pytest.fixture
-async def instances(tmp_path: Path, pg_schema: tuple[str, str]) -> AsyncIterator[Instances]:
+async def instances(tmp_path: Path, pg_clean_schema: tuple[str, str]) -> AsyncIterator[Instances]:
     """crawld processes on one PostgreSQL schema (tests/cluster/harness.py `Instances`), every
     one killed at the end, whatever happened; the end of each one's log is printed (pytest shows
     it when the test failed)."""
     from tests.cluster.harness import Instances
 
-    cluster = Instances(tmp_path / "instances", *pg_schema)
+    cluster = Instances(tmp_path / "instances", *pg_clean_schema)
     try:
         yield cluster
     finally:
@@ -206,3 +282,7 @@ async def instances(tmp_path: Path, pg_schema: tuple[str, str]) -> AsyncIterator
         for key, instance in cluster.by_key.items():
             tail = instance.stderr().splitlines()[-40:]
             print(f"--- instance {key}, the end of its log:", *tail, sep="\n")
+
+
+# A private PostgreSQL server behind a cuttable proxy, for tests that cut or restart the database.
+from tests.pgfault import faulty_instances, faulty_pg, pg_server  # noqa: E402, F401

@@ -6,7 +6,7 @@ import httpx
 import pytest
 import trio
 
-from daemon import config
+from daemon import settings as config
 from daemon.app import Daemon, run_daemon
 from daemon.systemd import Notifier
 from tests.conftest import NotifySocket

@@ -8,7 +8,7 @@ import threading
 import pytest
 import trio
 
-from daemon.asyncio_thread import LoopClosed, open_asyncio_thread
+from daemon.broker.asyncio_thread import LoopClosed, open_asyncio_thread
 
 
 async def where() -> tuple[type[asyncio.AbstractEventLoop], str]:

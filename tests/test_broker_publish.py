@@ -10,7 +10,7 @@ import aiormq.exceptions
 from aiormq import spec
 from aiormq.channel import Channel
 
-from daemon.broker_publish import _PENDING, _Slot, _Window
+from daemon.broker.publish import _PENDING, _Slot, _Window
 
 
 def _settle(confirmations: dict[int, Any], tag: int, frame: Any) -> None:

@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
-from daemon import config
+from daemon import settings as config
+from tests.test_docs import config_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -136,3 +139,44 @@ def test_check_config_command(tmp_path: Path) -> None:
                          capture_output=True, text=True)  # fmt: skip
     assert err.returncode == 2
     assert "bad.toml" in err.stderr and "batch_size" in err.stderr
+
+
+def _key_paths(info: msgspec.inspect.Type, prefix: str) -> set[str]:
+    """The path of every key holding a value (not a table) in `info`: a list of tables adds no
+    step (`collector.tasks.id`), a table of named tables adds `*` (`llm.providers.*.model`)."""
+    if isinstance(info, msgspec.inspect.StructType):
+        paths: set[str] = set()
+        for f in info.fields:
+            path = f"{prefix}.{f.name}" if prefix else f.name
+            paths |= _key_paths(f.type, path) or {path}
+        return paths
+    if isinstance(info, msgspec.inspect.UnionType):
+        return set().union(*(_key_paths(t, prefix) for t in info.types))
+    if isinstance(info, msgspec.inspect.ListType):
+        return _key_paths(info.item_type, prefix)
+    if isinstance(info, msgspec.inspect.DictType):
+        return _key_paths(info.value_type, f"{prefix}.*")
+    return set()
+
+
+SHOWN_ELSEWHERE = {"collector.accounts.api_key_env"}
+"""Keys config.toml names in a comment of another key (`# or api_key_env = ...`)."""
+
+
+def test_every_key_of_the_whole_config_is_shown_in_config_toml() -> None:
+    """config.toml (and so the config reference, kept in step with it by tests/test_docs.py)
+    shows every key the assembled Config reads, from the core's and each area's sections: a key
+    counts as shown when it is, or when the value holding it is (`crawl.stealth_proxies`, whose
+    row describes its tables); a provider's key counts as shown when `llm.<key>` is."""
+    shown = config_keys((ROOT / "config.toml").read_text())
+    # The example `[llm.providers.openai]` stands for any provider name.
+    shown |= {re.sub(r"^llm\.providers\.[^.]+\.", "llm.providers.*.", key) for key in shown}
+    paths = _key_paths(msgspec.inspect.type_info(config.Config), "") - {"source"}
+    missing = {
+        path
+        for path in paths
+        if not any(".".join(path.split(".")[:n]) in shown for n in range(1, path.count(".") + 2))
+        and not (path.startswith("llm.providers.*.") and "llm." + path.split(".")[-1] in shown)
+    }
+    assert sorted(missing - SHOWN_ELSEWHERE) == []
+    assert not SHOWN_ELSEWHERE - missing, "shown on a line of its own now: remove it above"

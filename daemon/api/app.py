@@ -28,7 +28,7 @@ from daemon.api.errors import (
 )
 from daemon.config import resolve_secret
 from daemon.logs import get_logger
-from daemon.runtime import Daemon
+from daemon.process import Daemon
 from daemon.store import DISK_FULL, STORAGE_ERRORS, StoreClosed
 
 log = get_logger("http")
@@ -61,10 +61,13 @@ class QueryParam:
     minimum: int | None = None
     maximum: int | None = None
     enum: tuple[str, ...] | None = None
+    min_length: int | None = None
 
     def schema(self) -> dict[str, Any]:
-        """The JSON schema the handler enforces: its type, range or allowed values."""
+        """The JSON schema the handler enforces: its type, range, length or allowed values."""
         schema: dict[str, Any] = {"type": self.type}
+        if self.min_length is not None:
+            schema["minLength"] = self.min_length
         if self.minimum is not None:
             schema["minimum"] = self.minimum
         if self.maximum is not None:

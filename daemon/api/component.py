@@ -9,9 +9,10 @@ import trio
 from daemon.api.app import build_app, edge_policy
 from daemon.api.edge import MIN_KEY_LENGTH, EdgeStats, parse_keys
 from daemon.api.server import serve_app
-from daemon.config import Config, ConfigError, HttpConfig, resolve_secret
+from daemon.config import ConfigError, HttpConfig, resolve_secret
 from daemon.logs import get_logger
-from daemon.runtime import Daemon
+from daemon.process import Daemon
+from daemon.settings import Config
 
 log = get_logger("http")
 

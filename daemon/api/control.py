@@ -12,8 +12,9 @@ from starlette.responses import Response
 
 from daemon import __version__, metrics
 from daemon.api.app import ApiRoute, json
+from daemon.process import Daemon
 from daemon.redact import cap, redact_text, redact_tree
-from daemon.runtime import Daemon, ReloadResult
+from daemon.runtime import ReloadResult
 
 
 class Health(msgspec.Struct, omit_defaults=True):
@@ -67,9 +68,12 @@ class Status(msgspec.Struct, omit_defaults=True):
     webhooks: dict[str, Any] | None = None
     tracker: dict[str, Any] | None = None
     crawl: dict[str, Any] | None = None
+    llm: dict[str, Any] | None = None
+    """The [llm] endpoints: model, structured-output modes refused, requests and tokens so far,
+    requests in flight, cache hits (docs/how-to/llm-formats.md)."""
     cluster: dict[str, Any] | None = None
     """This instance's name, the members (alive, last heartbeat, the leases each holds) and what
-    this instance's config says differently from theirs (README "Running a cluster")."""
+    this instance's config says differently from theirs (docs/how-to/cluster.md)."""
     http: dict[str, Any] | None = None
     """The HTTP edge: keys configured (how many), accepted hosts, requests in progress, refusals."""
 

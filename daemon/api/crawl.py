@@ -6,7 +6,9 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -14,49 +16,54 @@ from starlette.responses import Response
 
 from daemon.api import jobs as jobs_api
 from daemon.api.app import ApiRoute, json, public_base_url
-from daemon.crawl import models
+from daemon.clock import wall_ms
+from daemon.crawl import models, responses
 from daemon.crawl.fetch import FetchError
 from daemon.crawl.mapper import MapTimeout
 from daemon.crawl.metrics import maps, scrapes
+from daemon.crawl.problems import BadRequest
 from daemon.crawl.service import CrawlService
-from daemon.jobs.store import JobFinished, JobNotFound
+from daemon.jobs.types import JobFinished, JobNotFound
 
 MAX_BODY = 16 * 1024 * 1024
 MAX_IDEMPOTENCY_KEY = 256
 TEAM_ID = "crawld"
 """The `teamId` of active crawls: crawld has one team."""
 
-STATUS_BY_CODE = {"SCRAPE_TIMEOUT": 408, "CRAWL_DENIAL": 403}
+STATUS_BY_CODE = {"SCRAPE_TIMEOUT": 408, "CRAWL_DENIAL": 403, "SCRAPE_NO_CACHED_DATA": 404,
+                  "SCRAPE_LOCKDOWN_CACHE_MISS": 404}  # fmt: skip
 """HTTP status of a failed scrape by Firecrawl code; any other code is a 500."""
 
 
-def _error(status: int, error: str, code: str | None = None, **extra: Any) -> Response:
-    return json(models.FirecrawlError(error=error, code=code, **extra), status)
+def firecrawl_error(status: int, error: str, code: str | None = None, **extra: Any) -> Response:
+    """Firecrawl's error body (`success: false`, `error`, its `code`) with `status`."""
+    return json(responses.FirecrawlError(error=error, code=code, **extra), status)
 
 
-def bad_request(exc: models.BadRequest) -> Response:
-    return _error(400, "Bad Request", "BAD_REQUEST", details=exc.details, detail=exc.details)
+def bad_request(exc: BadRequest) -> Response:
+    """Firecrawl's 400 for `exc`: every problem in `details`, and in the daemon's `detail`."""
+    return firecrawl_error(
+        400, "Bad Request", "BAD_REQUEST", details=exc.details, detail=exc.details
+    )
 
 
-async def _body(request: Request) -> bytes:
+async def request_body(request: Request) -> bytes:
+    """The request's body; BadRequest past MAX_BODY bytes."""
     body = b""
     async for chunk in request.stream():
         body += chunk
         if len(body) > MAX_BODY:
-            raise models.BadRequest(
-                [{"path": "$", "message": f"request body larger than {MAX_BODY} bytes"}]
-            )
+            raise BadRequest.at("$", f"request body larger than {MAX_BODY} bytes")
     return body
 
 
-def _idempotency_key(request: Request) -> str | None:
+def idempotency_key(request: Request) -> str | None:
+    """The `x-idempotency-key` header; BadRequest when empty or too long."""
     key = request.headers.get("x-idempotency-key")
     if key is None:
         return None
     if not key or len(key) > MAX_IDEMPOTENCY_KEY:
-        raise models.BadRequest(
-            [{"path": "x-idempotency-key", "message": f"1..{MAX_IDEMPOTENCY_KEY} characters"}]
-        )
+        raise BadRequest.at("x-idempotency-key", f"1..{MAX_IDEMPOTENCY_KEY} characters")
     return key
 
 
@@ -68,89 +75,129 @@ def job_url(request: Request, path: str) -> str:
 def scrape_failure(exc: FetchError) -> Response:
     status = STATUS_BY_CODE.get(exc.code, 500)
     if status == 403:
-        return _error(403, exc.message)
-    return _error(status, exc.message, exc.code)
+        return firecrawl_error(403, exc.message)
+    return firecrawl_error(status, exc.message, exc.code)
 
 
-def routes(service: CrawlService) -> list[ApiRoute]:
-    async def scrape(request: Request) -> Response:
+async def scraped(
+    service: CrawlService,
+    parsed: models.ScrapeRequest,
+    shape: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> Response:
+    """Scrape `parsed` and answer Firecrawl's body (counted in `scrapes`); `shape` rewrites the
+    document first (the v1 routes' `extract` key)."""
+    try:
+        document = await service.scrape(parsed)
+    except FetchError as exc:
+        scrapes.labels(exc.code).inc()
+        return scrape_failure(exc)
+    scrapes.labels("ok").inc()
+    data = shape(document) if shape is not None else document
+    return json(responses.ScrapeResponse(success=True, data=data, warning=parsed.warning or None))
+
+
+async def crawl_started(
+    service: CrawlService, request: Request, plan: models.CrawlPlan, key: str | None, path: str
+) -> Response:
+    """Start `plan` and answer `{success, id, url}`; its status is read at `path/{id}`."""
+    job_id = await service.start_crawl(plan, key)
+    return json(models.StartResponse(success=True, id=job_id,
+                                     url=job_url(request, f"{path}/{job_id}"),
+                                     warning=plan.warning or None))  # fmt: skip
+
+
+async def batch_started(
+    service: CrawlService, request: Request, plan: models.BatchPlan, key: str | None, path: str
+) -> Response:
+    """Start (or append to) a batch and answer `{success, id, url, invalidURLs}`; its status is
+    read at `path/{id}`. 404 / 409 for an `appendToId` unknown or finished."""
+    try:
+        job_id = await service.start_batch(plan, key)
+    except JobNotFound:
+        return firecrawl_error(404, "Job not found")
+    except JobFinished as exc:
+        return firecrawl_error(409, f"Batch scrape job is already {exc.status}")
+    return json(models.StartResponse(success=True, id=job_id,
+                                     url=job_url(request, f"{path}/{job_id}"),
+                                     invalidURLs=plan.invalid_urls,
+                                     warning=plan.warning or None))  # fmt: skip
+
+
+async def mapped(
+    service: CrawlService, parsed: models.MapRequest, answer: Callable[[list[str]], Any]
+) -> Response:
+    """Map a site (counted in `maps`) and answer `answer(urls)`; 408 MAP_TIMEOUT."""
+    try:
+        urls = await service.map(parsed)
+    except MapTimeout as exc:
+        maps.labels("timeout").inc()
+        return firecrawl_error(408, str(exc), "MAP_TIMEOUT")
+    maps.labels("ok").inc()
+    return json(answer(urls))
+
+
+class CrawlHandlers:
+    """The handlers of the v2 crawl routes, over one CrawlService."""
+
+    def __init__(self, service: CrawlService) -> None:
+        self.service = service
+
+    async def scrape(self, request: Request) -> Response:
         try:
-            parsed = models.parse_scrape(await _body(request), browser=service.browser is not None)
-        except models.BadRequest as exc:
+            parsed = models.parse_scrape(
+                await request_body(request),
+                browser=self.service.browser is not None,
+                llm=self.service.llm,
+                stealth=self.service.stealth_proxies,
+            )
+        except BadRequest as exc:
             return bad_request(exc)
-        try:
-            document = await service.scrape(parsed)
-        except FetchError as exc:
-            scrapes.labels(exc.code).inc()
-            return scrape_failure(exc)
-        scrapes.labels("ok").inc()
-        return json(models.ScrapeResponse(success=True, data=document,
-                                          warning=parsed.warning or None))  # fmt: skip
+        return await scraped(self.service, parsed)
 
-    async def start_crawl(request: Request) -> Response:
+    async def start_crawl(self, request: Request) -> Response:
         try:
             plan = models.parse_crawl(
-                await _body(request),
-                default_limit=service.config.default_limit,
-                browser=service.browser is not None,
+                await request_body(request),
+                default_limit=self.service.config.default_limit,
+                browser=self.service.browser is not None,
+                llm=self.service.llm,
+                stealth=self.service.stealth_proxies,
             )
-            key = _idempotency_key(request)
-        except models.BadRequest as exc:
+            key = idempotency_key(request)
+        except BadRequest as exc:
             return bad_request(exc)
-        job_id = await service.start_crawl(plan, key)
-        return json(
-            models.StartResponse(
-                success=True,
-                id=job_id,
-                url=job_url(request, f"/v2/crawl/{job_id}"),
-                warning=plan.warning or None,
-            )
-        )
+        return await crawl_started(self.service, request, plan, key, "/v2/crawl")
 
-    async def start_batch(request: Request) -> Response:
+    async def start_batch(self, request: Request) -> Response:
         try:
-            plan = models.parse_batch(await _body(request), browser=service.browser is not None)
-            key = _idempotency_key(request)
+            plan = models.parse_batch(
+                await request_body(request),
+                browser=self.service.browser is not None,
+                llm=self.service.llm,
+                stealth=self.service.stealth_proxies,
+            )
+            key = idempotency_key(request)
             if plan.append_to is not None:
-                _uuid(plan.append_to, "$.appendToId")
-        except models.BadRequest as exc:
+                check_job_id(plan.append_to, "$.appendToId")
+        except BadRequest as exc:
             return bad_request(exc)
-        try:
-            job_id = await service.start_batch(plan, key)
-        except JobNotFound:
-            return _error(404, "Job not found")
-        except JobFinished as exc:
-            return _error(409, f"Batch scrape job is already {exc.status}")
-        return json(
-            models.StartResponse(
-                success=True,
-                id=job_id,
-                url=job_url(request, f"/v2/batch/scrape/{job_id}"),
-                invalidURLs=plan.invalid_urls,
-                warning=plan.warning or None,
-            )
-        )
+        return await batch_started(self.service, request, plan, key, "/v2/batch/scrape")
 
-    async def map_(request: Request) -> Response:
+    async def map(self, request: Request) -> Response:
         try:
-            parsed = models.parse_map(await _body(request))
-        except models.BadRequest as exc:
+            parsed = models.parse_map(await request_body(request))
+        except BadRequest as exc:
             return bad_request(exc)
-        try:
-            urls = await service.map(parsed)
-        except MapTimeout as exc:
-            maps.labels("timeout").inc()
-            return _error(408, str(exc), "MAP_TIMEOUT")
-        maps.labels("ok").inc()
-        return json(models.MapResponse(success=True, links=[models.MapLink(url=u) for u in urls]))
+        return await mapped(self.service, parsed, lambda urls: responses.MapResponse(
+            success=True, links=[responses.MapLink(url=u) for u in urls]))  # fmt: skip
 
-    async def active(request: Request) -> Response:
-        rows = await service.active_crawls()
+    async def active(self, request: Request) -> Response:
+        rows = await self.service.active_crawls()
         crawls = []
         for row in rows:
             plan = models.crawl_plan(row.plan)
             crawls.append(
-                models.ActiveCrawl(
+                responses.ActiveCrawl(
                     id=row.job_id,
                     teamId=TEAM_ID,
                     url=row.url,
@@ -158,21 +205,34 @@ def routes(service: CrawlService) -> list[ApiRoute]:
                     options=models.public_options(plan),
                 )
             )
-        return json(models.ActiveCrawls(success=True, crawls=crawls))
+        return json(responses.ActiveCrawls(success=True, crawls=crawls))
 
-    async def credit_usage(request: Request) -> Response:
-        data = models.CreditUsageData(remainingCredits=models.SELF_HOSTED_CREDITS)
-        return json(models.CreditUsage(success=True, data=data))
+    async def credit_usage(self, request: Request) -> Response:
+        data = responses.CreditUsageData(remainingCredits=responses.SELF_HOSTED_CREDITS)
+        return json(responses.CreditUsage(success=True, data=data))
 
-    async def token_usage(request: Request) -> Response:
-        data = models.TokenUsageData(remainingTokens=models.SELF_HOSTED_CREDITS)
-        return json(models.TokenUsage(success=True, data=data))
+    async def token_usage(self, request: Request) -> Response:
+        daemon = request.app.state.daemon
+        llm = self.service.llm
+        usage = llm.usage() if llm is not None else {}
+        providers = {
+            name: responses.ProviderTokens(model=llm.providers[name].config.model, **counts)
+            for name, counts in usage.items()
+        }
+        started_ms = wall_ms() - int((time.monotonic() - daemon.started_monotonic) * 1000)
+        data = responses.TokenUsageData(
+            remainingTokens=responses.SELF_HOSTED_CREDITS,
+            billingPeriodStart=jobs_api.iso(started_ms),
+            tokensUsed=sum(p.totalTokens for p in providers.values()),
+            providers=providers,
+        )
+        return json(responses.TokenUsage(success=True, data=data))
 
-    async def queue_status(request: Request) -> Response:
-        queue = await service.queue()
+    async def queue_status(self, request: Request) -> Response:
+        queue = await self.service.queue()
         last = queue["last_success_ms"]
         return json(
-            models.QueueStatus(
+            responses.QueueStatus(
                 success=True,
                 jobsInQueue=queue["fetching"] + queue["waiting"],
                 activeJobsInQueue=queue["fetching"],
@@ -184,61 +244,75 @@ def routes(service: CrawlService) -> list[ApiRoute]:
             )
         )
 
-    async def concurrency_check(request: Request) -> Response:
-        return json(models.ConcurrencyCheck(success=True, concurrency=service.fetching(),
-                                            maxConcurrency=service.config.concurrency))  # fmt: skip
+    async def concurrency_check(self, request: Request) -> Response:
+        service = self.service
+        return json(responses.ConcurrencyCheck(
+            success=True, concurrency=service.fetching(), maxConcurrency=service.config.concurrency
+        ))  # fmt: skip
 
-    status_routes = [
-        dataclasses.replace(
-            cancel_anywhere(r, service),
-            path=r.path.replace("/v2/crawl/", "/v2/batch/scrape/"),
-            summary=r.summary.replace("A job", "A batch scrape job"),
-        )
-        for r in jobs_api.routes(service.jobs)
-    ]
+
+def routes(service: CrawlService) -> list[ApiRoute]:
+    h = CrawlHandlers(service)
     crawl_errors = {400: "Bad Request: unknown keys, invalid values, unsupported options"}
     return [
-        ApiRoute("POST", "/v2/scrape", scrape,
+        ApiRoute("POST", "/v2/scrape", h.scrape,
                  "Scrape one URL into a document (markdown, html, rawHtml, links, images)",
-                 body=models.ScrapeOptions, response=models.ScrapeResponse,
+                 body=models.ScrapeOptions, response=responses.ScrapeResponse,
                  errors={**crawl_errors, 403: "address refused (SSRF guard)",
+                         404: "SCRAPE_NO_CACHED_DATA (minAge) or SCRAPE_LOCKDOWN_CACHE_MISS"
+                              " (lockdown): no cached copy, nothing was fetched",
                          408: "SCRAPE_TIMEOUT", 500: "the page could not be fetched (code)"}),
-        ApiRoute("GET", "/v2/crawl/active", active, "Running crawls (batches are not listed)",
-                 response=models.ActiveCrawls),
-        ApiRoute("GET", "/v2/crawl/ongoing", active, "Alias of /v2/crawl/active",
-                 response=models.ActiveCrawls),
-        ApiRoute("POST", "/v2/crawl", start_crawl,
+        ApiRoute("GET", "/v2/crawl/active", h.active, "Running crawls (batches are not listed)",
+                 response=responses.ActiveCrawls),
+        ApiRoute("GET", "/v2/crawl/ongoing", h.active, "Alias of /v2/crawl/active",
+                 response=responses.ActiveCrawls),
+        ApiRoute("POST", "/v2/crawl", h.start_crawl,
                  "Start a crawl; poll GET /v2/crawl/{id} (header x-idempotency-key honoured)",
                  body=models.CrawlRequest, response=models.StartResponse, errors=crawl_errors),
-        ApiRoute("POST", "/v2/batch/scrape", start_batch,
+        ApiRoute("POST", "/v2/batch/scrape", h.start_batch,
                  "Start a batch scrape, or add URLs to one (appendToId)",
                  response=models.StartResponse,
                  errors={**crawl_errors, 404: "appendToId: Job not found",
                          409: "appendToId: the job already finished"}),
-        ApiRoute("POST", "/v2/map", map_, "The URLs of a site (sitemaps and links)",
-                 body=models.MapRequest, response=models.MapResponse,
+        ApiRoute("POST", "/v2/map", h.map, "The URLs of a site (sitemaps and links)",
+                 body=models.MapRequest, response=responses.MapResponse,
                  errors={**crawl_errors, 408: "MAP_TIMEOUT"}),
-        ApiRoute("GET", "/v2/team/credit-usage", credit_usage,
+        ApiRoute("GET", "/v2/team/credit-usage", h.credit_usage,
                  "Remaining credits: crawld counts none, so it answers what a self-hosted"
-                 " Firecrawl answers (99999999)", response=models.CreditUsage),
-        ApiRoute("GET", "/v2/team/token-usage", token_usage,
-                 "Remaining tokens: as credit-usage (crawld runs no LLM)",
-                 response=models.TokenUsage),
-        ApiRoute("GET", "/v2/team/queue-status", queue_status,
+                 " Firecrawl answers (99999999)", response=responses.CreditUsage),
+        ApiRoute("GET", "/v2/team/token-usage", h.token_usage,
+                 "Remaining tokens (as a self-hosted Firecrawl: 99999999) and the tokens the"
+                 " [llm] endpoints counted since start (billingPeriodStart), per provider",
+                 response=responses.TokenUsage),
+        ApiRoute("GET", "/v2/team/queue-status", h.queue_status,
                  "Pages fetching and waiting over all running crawls and batches, the page"
                  " concurrency limit, the last success, crawl jobs running and waiting",
-                 response=models.QueueStatus),
-        ApiRoute("GET", "/v2/concurrency-check", concurrency_check,
+                 response=responses.QueueStatus),
+        ApiRoute("GET", "/v2/concurrency-check", h.concurrency_check,
                  "Pages being fetched now and [crawl] concurrency",
-                 response=models.ConcurrencyCheck),
-        *status_routes,
+                 response=responses.ConcurrencyCheck),
+        *[dataclasses.replace(r, path=r.path.replace("/v2/crawl/", "/v2/batch/scrape/"),
+                              summary=r.summary.replace("A job", "A batch scrape job"))
+          for r in job_routes(service)],
     ]  # fmt: skip
 
 
-def cancel_anywhere(route: ApiRoute, service: CrawlService) -> ApiRoute:
-    """The jobs API's DELETE route, cancelling a crawl or batch through the store first (so
-    every instance working on it stops, whichever instance took the call); other jobs, unknown
-    and finished ones are the jobs API's answer. Other routes are returned as they are."""
+def job_routes(service: CrawlService) -> list[ApiRoute]:
+    """The jobs API's routes of one job (`/v2/crawl/{id}`: status, errors, cancel), its DELETE
+    cancelling a crawl or batch through the store first (so every instance working on it stops,
+    whichever instance took the call); other jobs, unknown and finished ones are the jobs API's
+    answer. Mounted again by the batch and v1 routes under their own paths."""
+    return [_cancel_anywhere(r, service) for r in jobs_api.routes(service.jobs)]
+
+
+def cancel_route(service: CrawlService) -> ApiRoute:
+    """DELETE /v2/crawl/{id} as the crawl part serves it (see `job_routes`), in place of the
+    jobs API's."""
+    (cancel,) = [r for r in job_routes(service) if r.method == "DELETE"]
+    return cancel
+
+
+def _cancel_anywhere(route: ApiRoute, service: CrawlService) -> ApiRoute:
     if route.method != "DELETE":
         return route
     jobs_cancel = route.handler
@@ -251,8 +325,9 @@ def cancel_anywhere(route: ApiRoute, service: CrawlService) -> ApiRoute:
     return dataclasses.replace(route, handler=cancel)
 
 
-def _uuid(value: str, path: str) -> None:
+def check_job_id(value: str, path: str) -> None:
+    """BadRequest at `path` unless `value` is a job id (a UUID)."""
     try:
         uuid.UUID(value)
     except ValueError:
-        raise models.BadRequest([{"path": path, "message": "not a job id"}]) from None
+        raise BadRequest.at(path, "not a job id") from None

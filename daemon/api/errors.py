@@ -11,6 +11,7 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
+from daemon.jsonvalues import integral_floats
 from daemon.redact import cap_message, redact_text
 
 T = TypeVar("T")
@@ -49,18 +50,6 @@ def error_response(status: int, message: str, detail: Any = None) -> JSONRespons
     return JSONResponse(
         {"error": cap_message(redact_text(message)), "detail": capped(detail)}, status_code=status
     )
-
-
-def integral_floats(value: Any) -> Any:
-    """`value` (decoded JSON) with numbers like 5.0 as ints: JSON Schema counts them as integers,
-    so a client (or a schema-driven tester) may send one where an integer is asked for."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
-        return int(value)
-    if isinstance(value, dict):
-        return {k: integral_floats(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [integral_floats(v) for v in value]
-    return value
 
 
 async def read_json_body(request: Request, type_: type[T], *, empty_ok: bool = True) -> T:

@@ -13,12 +13,12 @@ from starlette.responses import Response
 
 from daemon.api.app import UUID_PARAM, ApiRoute, int_param, json, public_link
 from daemon.api.errors import HTTPError
-from daemon.jobs.store import ROBOTS_BLOCKED, JobFinished, JobNotFound
+from daemon.jobs.types import ROBOTS_BLOCKED, JobFinished, JobNotFound
 from daemon.redact import redact_text, redact_url
 
 if TYPE_CHECKING:
     from daemon.jobs.manager import JobManager
-    from daemon.jobs.store import JobRecord
+    from daemon.jobs.types import JobRecord
 
 PAGE_BYTES = 10 * 1024 * 1024
 """A status page stops adding rows at about this much JSON (Firecrawl cuts at 10 MiB)."""
@@ -99,7 +99,7 @@ async def job_status(
     manager: JobManager, record: JobRecord, rows: list[bytes], next_url: str | None = None
 ) -> CrawlStatus:
     """The status object of a job with `rows` as its `data` (the HTTP answer and the WebSocket
-    watcher's catchup and last snapshot)."""
+    watcher's catchup)."""
     warning = None
     if record.finished and await manager.has_error_code(record.id, ROBOTS_BLOCKED):
         warning = ROBOTS_WARNING
@@ -169,8 +169,8 @@ def routes(manager: JobManager) -> list[ApiRoute]:
     return [
         ApiRoute("GET", "/v2/crawl/{id}", crawl_status,
                  "A job's status, counters and produced rows (paginated with `next`); opened as"
-                 " a WebSocket, the watcher: `catchup`, `document` messages, the final"
-                 " `status`, close 1000 `{\"type\":\"done\"}`",
+                 " a WebSocket, the watcher: `catchup`, `document` messages, close 1000"
+                 " `{\"type\":\"done\"}`",
                  response=CrawlStatus, query=[SKIP, LIMIT], websocket=watcher(manager),
                  path_params=ids,
                  errors={400: "malformed id or parameter", 404: "Job not found"}),

@@ -1,7 +1,8 @@
 # The tracker's HTTP routes (specs/tracker.md, Interface): a video's state, its snapshot series
 # (JSON or CSV, paginated by time with a `next` link), tracking a video by hand, the songs closest
-# to a milestone, and the schedule overview. Reads go to the store's reader connections; the only
-# write (POST /tracker/videos) goes through the same ingest queue as discovery.
+# to a milestone, and the schedule overview. Reads go through the tracker's queries
+# (daemon/tracker/queries.py, the store's reader connections); the only write
+# (POST /tracker/videos) goes through the same ingest queue as discovery.
 from __future__ import annotations
 
 import csv
@@ -15,12 +16,11 @@ from starlette.responses import Response
 
 from daemon.api.app import ApiRoute, QueryParam, int_param, json
 from daemon.api.errors import HTTPError, read_json_body
-from daemon.runtime import Daemon
-from daemon.tracker import store as ts
+from daemon.process import Daemon
 from daemon.tracker.engine import AlreadyTracked
+from daemon.tracker.queries import MAX_AID, parse_aid
 from daemon.tracker.service import TrackerService
 
-MAX_AID = 2**62
 SNAPSHOT_FIELDS = ("at_ms", "views", "danmakus", "replies", "likes", "coins", "shares",
                    "favorites")  # fmt: skip
 MAX_MS = 2**53
@@ -94,39 +94,40 @@ def snapshots_csv(rows: list[tuple[int, ...]]) -> str:
     return out.getvalue()
 
 
-def _aid(request: Request) -> int:
+def path_aid(request: Request) -> int:
+    """The `{aid}` path parameter (NNN or avNNN), or a 400 naming it (the console's routes
+    take it the same way)."""
     raw = request.path_params["aid"]
-    text = raw[2:] if raw.lower().startswith("av") else raw
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_AID:
+    aid = parse_aid(raw)
+    if aid is None:
         raise HTTPError(400, "aid must be a positive integer (or avNNN)", {"aid": raw[:40]})
-    return int(text)
+    return aid
 
 
-def routes(daemon: Daemon, service: TrackerService) -> list[ApiRoute]:
-    store = service.store
+class TrackerHandlers:
+    """The /tracker routes' handlers over the tracker's service."""
 
-    async def video(request: Request) -> Response:
-        aid = _aid(request)
-        info = await store.read(lambda c: ts.video_info(c, aid))
+    def __init__(self, service: TrackerService) -> None:
+        self.service = service
+        self.queries = service.queries
+
+    async def video(self, request: Request) -> Response:
+        aid = path_aid(request)
+        info = await self.queries.video(aid)
         if info is None:
             raise HTTPError(404, f"video {aid} is not tracked", {"aid": aid})
         return json(msgspec.convert(info, VideoResponse))
 
-    async def snapshots(request: Request) -> Response:
-        aid = _aid(request)
+    async def snapshots(self, request: Request) -> Response:
+        aid = path_aid(request)
         since = SINCE.read_int(request, 0)
         until = UNTIL.read_int(request, MAX_MS)
         limit = SNAPSHOT_LIMIT.read_int(request, 1000)
         fmt = request.query_params.get("format", "json")
         if fmt not in FORMAT.enum:  # type: ignore[operator]
             raise HTTPError(400, "format must be json or csv", {"format": fmt[:20]})
-
-        def read(conn: Any) -> tuple[bool, list[tuple[int, ...]]]:
-            known = ts.video_status(conn, aid) is not None
-            return known, ts.snapshots(conn, aid, since, until, limit + 1)
-
-        known, rows = await store.read(read)
-        if not known:
+        rows = await self.queries.snapshots(aid, since, until, limit + 1)
+        if rows is None:
             raise HTTPError(404, f"video {aid} is not tracked", {"aid": aid})
         next_url = None
         if len(rows) > limit:
@@ -141,48 +142,51 @@ def routes(daemon: Daemon, service: TrackerService) -> list[ApiRoute]:
         items = [dict(zip(SNAPSHOT_FIELDS, r, strict=True)) for r in rows]
         return json(SnapshotsResponse(aid, len(items), items, next_url))
 
-    async def track(request: Request) -> Response:
+    async def track(self, request: Request) -> Response:
         body = await read_json_body(request, TrackRequest, empty_ok=False)
         try:
-            await service.tracker.track(body.aid)
+            await self.service.tracker.track(body.aid)
         except AlreadyTracked:
             raise HTTPError(
                 409, f"video {body.aid} is already tracked", {"aid": body.aid}
             ) from None
         queued = ["ingest", "classify", "new schedules if it is a song"]
-        return json(TrackResponse(body.aid, queued, service.gate.open), status=202)
+        return json(TrackResponse(body.aid, queued, self.service.gate.open), status=202)
 
-    async def milestones(request: Request) -> Response:
+    async def milestones(self, request: Request) -> Response:
         limit = MILESTONE_LIMIT.read_int(request, 50)
-        songs = await store.read(lambda c: ts.closest_to_milestone(c, limit))
+        songs = await self.queries.closest_to_milestone(limit)
         return json(MilestonesResponse(len(songs), songs))
 
-    async def schedules(request: Request) -> Response:
-        overview = await service.tracker.schedules_overview()
+    async def schedules(self, request: Request) -> Response:
+        overview = await self.service.tracker.schedules_overview()
         return json(msgspec.convert(overview, SchedulesResponse))
 
+
+def routes(daemon: Daemon, service: TrackerService) -> list[ApiRoute]:
+    h = TrackerHandlers(service)
     bad_aid = {400: "aid is not a positive integer", 404: "video not tracked"}
     aids = {"aid": {"type": "integer", "minimum": 1, "maximum": MAX_AID}}  # avNNN is taken too
     return [
-        ApiRoute("GET", "/tracker/videos/{aid}", video,
+        ApiRoute("GET", "/tracker/videos/{aid}", h.video,
                  "A tracked video: metadata, uploader, label, status, latest snapshot, pending"
                  " schedules, milestone target and ETA", response=VideoResponse, errors=bad_aid,
                  path_params=aids),
-        ApiRoute("GET", "/tracker/videos/{aid}/snapshots", snapshots,
+        ApiRoute("GET", "/tracker/videos/{aid}/snapshots", h.snapshots,
                  "A video's snapshots, oldest first, paginated by `next`",
                  response=SnapshotsResponse,
                  query=[SINCE, UNTIL, SNAPSHOT_LIMIT, FORMAT], path_params=aids,
                  errors={**bad_aid, 400: "bad aid, since, until, limit or format"}),
-        ApiRoute("POST", "/tracker/videos", track,
+        ApiRoute("POST", "/tracker/videos", h.track,
                  "Track a video now: ingest, classify and (for a song) its new schedules",
                  body=TrackRequest, response=TrackResponse, ok_status=202, body_required=True,
                  errors={400: "invalid JSON", 422: "invalid field", 409: "already tracked"}),
-        ApiRoute("GET", "/tracker/milestones", milestones,
+        ApiRoute("GET", "/tracker/milestones", h.milestones,
                  "Songs closest to their next milestone: views, target, ETA hours, next check",
                  response=MilestonesResponse,
                  query=[MILESTONE_LIMIT],
                  errors={400: "bad limit"}),
-        ApiRoute("GET", "/tracker/schedules", schedules,
+        ApiRoute("GET", "/tracker/schedules", h.schedules,
                  "Schedules by type × status, the fill of the next windows, lag per type",
                  response=SchedulesResponse),
     ]  # fmt: skip

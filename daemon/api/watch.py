@@ -1,15 +1,21 @@
 # The crawl watcher: `GET /v2/crawl/{id}` (and /v2/batch/scrape/{id}) opened as a WebSocket, in
-# the messages firecrawl-js's `watcher()` reads (Firecrawl's crawl-status-ws.ts): one `catchup`
-# with the status object and the first documents, one `document` per further page, then the
-# final status and a close with code 1000 and reason `{"type":"done"}`. Anything that stops a
-# watcher early (unknown job, storage error, a reader too slow) is an `error` message and a close.
+# the messages Firecrawl's server sends (crawl-status-ws.ts) and its SDKs' watchers read: one
+# `catchup` with the status object and the first documents, one `document` per further page,
+# then a close with code 1000 and reason `{"type":"done"}`. Nothing else: Firecrawl sends no
+# status message (a client learns the final status from the catchup of a finished job, or asks
+# over HTTP after the close, as the SDKs do), and a client may reject a type it does not know.
+# A failed job's error is an `error` message before the close; anything that stops a watcher
+# early (unknown job, storage error, a reader too slow) is an `error` message and a close.
 #
-# Documents are read from the store in pages after a cursor, exactly as `next` links page them,
-# so a watcher costs the same at 10 pages or 10k and survives restarts of nothing but itself.
-# They go through a bounded channel to the one task that writes to the socket: when the client
-# does not take them within SLOW_READER_S, the socket is closed instead of buffering more. New
-# documents are looked for every POLL_S (Firecrawl's server polls too, every second); that works
-# the same on SQLite and on a PostgreSQL shared by several instances.
+# Documents are read from the store in pages after ONE cursor, the `n` of the last row sent
+# (rows are numbered 1, 2, … as they commit), each page in the same snapshot as the job's record:
+# the catchup and the stream cannot skip or repeat a document whatever commits between two reads,
+# and a job seen finished in a read has no rows beyond it. A watcher costs the same at 10 pages
+# or 10k and survives restarts of nothing but itself. Messages go through a bounded channel to the
+# one task that writes to the socket: when the client does not take them within SLOW_READER_S,
+# the socket is closed instead of buffering more. New documents are looked for every POLL_S
+# (Firecrawl's server polls too, every second); that works the same on SQLite and on a
+# PostgreSQL shared by several instances.
 #
 # The edge (daemon/api/edge.py) already checked the Host, the key (Authorization or
 # Sec-WebSocket-Protocol) and the same-origin rule before this handler runs.
@@ -32,7 +38,7 @@ from daemon.store import STORAGE_ERRORS, StoreClosed
 
 if TYPE_CHECKING:
     from daemon.jobs.manager import JobManager
-    from daemon.jobs.store import JobRecord
+    from daemon.jobs.types import JobRecord
 
 log = get_logger("http.watch")
 
@@ -116,6 +122,7 @@ def watcher(manager: JobManager) -> Any:
                             _encode({"type": "error", "error": error}).decode()
                         )
                 await websocket.close(code, reason)
+                await _closing_handshake(websocket)
             except Exception as exc:  # the client may be gone already
                 if not _gone(exc) and not isinstance(exc, RuntimeError):
                     raise
@@ -129,13 +136,13 @@ async def _run(manager: JobManager, websocket: WebSocket) -> None:
         job_id = str(uuid.UUID(raw))
     except ValueError:
         raise _Stop(1008, "invalid job id: expected a UUID", "refused") from None
-    record = await manager.get_job(job_id)
-    if record is None:
+    first = await manager.job_rows_after(job_id, 0, DEFAULT_LIMIT, CATCHUP_BYTES)
+    if first[0] is None:
         raise _Stop(1008, "Job not found", "not_found")
     send, receive = trio.open_memory_channel[bytes](QUEUE_MESSAGES)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_reader, websocket)
-        nursery.start_soon(_produce, manager, record, send)
+        nursery.start_soon(_produce, manager, first, send)
         async with receive:
             async for message in receive:  # ends when _produce closed the channel
                 await websocket.send_text(message.decode())
@@ -143,8 +150,14 @@ async def _run(manager: JobManager, websocket: WebSocket) -> None:
 
 
 async def _produce(
-    manager: JobManager, record: JobRecord, send: trio.MemorySendChannel[bytes]
+    manager: JobManager,
+    first: tuple[JobRecord | None, list[tuple[int, bytes]], bool],
+    send: trio.MemorySendChannel[bytes],
 ) -> None:
+    """The catchup from `first` (the job and its first rows, one snapshot), then every later
+    row as a `document`, each read after the `n` of the last one sent: one cursor from the
+    catchup to the end, so no row is skipped or sent twice however rows and reads interleave."""
+
     async def put(message: bytes) -> None:
         with trio.move_on_after(SLOW_READER_S):
             await send.send(message)
@@ -152,37 +165,43 @@ async def _produce(
         raise SlowReader()
 
     async with send:
-        # The catchup holds what fits in CATCHUP_BYTES; a finished job whose other
-        # documents follow as `document` messages says `scraping` until the final status, so a
-        # client does not stop at the catchup.
-        rows, more = await manager.job_rows(record.id, 0, DEFAULT_LIMIT, CATCHUP_BYTES)
-        if sum(map(len, rows)) > CATCHUP_BYTES:  # one document larger than that: on its own
-            rows, more = [], True
-        status = await job_status(manager, record, rows)
+        record, rows, more = first
+        assert record is not None
+        if rows and sum(len(body) for _, body in rows) > CATCHUP_BYTES:
+            rows, more = [], True  # one document larger than the catchup: on its own
+        # A finished job whose other documents follow says `scraping` in the catchup, so a
+        # client does not stop at it (Firecrawl's clients end at a catchup with a final status).
+        status = await job_status(manager, record, [body for _, body in rows])
         if more:
             status.status = "scraping"
         await put(_encode({"type": "catchup", "data": status}))
-        cursor = len(rows)
-        final = record.finished
-        while True:
-            rows, more = await manager.job_rows(record.id, cursor, DEFAULT_LIMIT, PAGE_BYTES)
-            for row in rows:
-                await put(b'{"type":"document","data":' + row + b"}")
-            cursor += len(rows)
-            if more:
-                continue
-            if final:
-                break
-            await trio.sleep(POLL_S)
-            latest = await manager.get_job(record.id)
+        cursor = rows[-1][0] if rows else 0
+        while more or not record.finished:
+            if not more:
+                await trio.sleep(POLL_S)
+            latest, rows, more = await manager.job_rows_after(
+                record.id, cursor, DEFAULT_LIMIT, PAGE_BYTES
+            )
             if latest is None:
                 raise _Stop(1008, "Job not found (expired)", "not_found")
-            # a job that just finished gets one more read: rows committed before its end
-            record, final = latest, latest.finished
+            record = latest
+            for n, body in rows:
+                await put(b'{"type":"document","data":' + body + b"}")
+                cursor = n
         if record.status == "failed" and record.error:
             error = cap_message(redact_text(record.error))
             await put(_encode({"type": "error", "error": error}))
-        await put(_encode({"type": "status", "data": await job_status(manager, record, [])}))
+
+
+async def _closing_handshake(websocket: WebSocket) -> None:
+    """Wait for the client's Close before returning, since the server drops the TCP connection
+    once the handler returns. Dropping it at once means whatever the client sends meanwhile (its
+    Pong to the server's first ping, its Close reply) meets a closed socket, and the RST that
+    answers can destroy messages the client has not read yet: the catchup or the last
+    documents (RFC 6455 §7.1.1: the server closes the TCP connection after the closing
+    handshake). The caller bounds the wait."""
+    while (await websocket.receive())["type"] != "websocket.disconnect":
+        pass
 
 
 async def _reader(websocket: WebSocket) -> None:

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import socket
@@ -35,7 +36,7 @@ from daemon.cluster import rules
 from daemon.cluster import store as cs
 from daemon.cluster.rules import Offers
 from daemon.logs import get_logger
-from daemon.store import DB_ERRORS, Conn, Store
+from daemon.store import DB_ERRORS, Conn, Store, wake
 
 __all__ = ["LIVE_CLAIMANTS", "Cluster", "Lease", "LeaseLost", "Offers", "Request"]
 
@@ -74,13 +75,19 @@ class Lease:
     lost: trio.Event = field(default_factory=trio.Event)
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     requests: trio.Event = field(default_factory=trio.Event)
-    """Set when a request for this lease was left by this process (others are polled)."""
+    """Set when a request for this lease was left by this process (other processes' wake the
+    holder through the store's wake-ups)."""
 
     def check(self, conn: Conn) -> None:
         """Inside a store transaction: raise LeaseLost unless the lease still has this token
         (and hold its row until the commit)."""
         if not cs.check(conn, self.name, self.token):
             raise LeaseLost(self.name)
+
+
+def _release(conn: Conn, name: str, token: int) -> None:
+    cs.release(conn, name, token)
+    wake.notify(conn, wake.RELEASED)  # whoever waits for a free lease looks now
 
 
 _json = msgspec.json.Encoder()
@@ -119,6 +126,8 @@ class Cluster:
         self._taken: dict[str, int] = {}
         self._wake = trio.Event()
         self._next_renewal = 0.0
+        self._retry_at: float | None = None
+        """When the first lease wanted here and held elsewhere runs out (this clock)."""
         self.counters = {"taken": 0, "lost": 0, "released": 0}
 
     # Membership ---------------------------------------------------------------------------
@@ -162,9 +171,16 @@ class Cluster:
                     nursery.start_soon(self._expire_loop)
                 task_status.started()
                 while True:
+                    released = self.store.wakeups.event(wake.RELEASED)  # by any member
                     await self.tick()
-                    with trio.move_on_after(rules.poll_every_s(self.lease_s)):
-                        await self._wake.wait()
+                    sleep = rules.tick_in(
+                        trio.current_time(),
+                        self._next_renewal,
+                        self._retry_at if self.multi else None,
+                        rules.poll_every_s(self.lease_s),
+                    )
+                    with trio.move_on_after(sleep):
+                        await wake.wait_any(self._wake, released)
                     self._wake = trio.Event()
         finally:
             with (
@@ -181,27 +197,35 @@ class Cluster:
         # A lease taken by the last tick whose waiter has not run yet is in `_taken`: trying it
         # again would take it a second time and fence out the very task about to hold it.
         wanted = [n for n in self._wanted if n not in self.held and n not in self._taken]
+        if not wanted:
+            self._retry_at = None
         if not renewing and not wanted:
             return
         held = [(lease.name, lease.token) for lease in self.held.values()]
         offers = _json.encode(self.offers).decode()
         http = self.address()
 
-        def tx(conn: Conn) -> tuple[bool, list[str], dict[str, int], int]:
-            alive = renewed = None
+        def tx(conn: Conn) -> tuple[bool, list[str], dict[str, int], int | None, int]:
+            alive: int | None = None  # the database's time of the heartbeat
+            renewed = None
             if renewing:
                 alive = cs.heartbeat(
                     conn, self.instance, self.claimant, self.lease_ms, http, offers
                 )
-                renewed = cs.renew(conn, held, self.lease_ms) if alive else []
+                renewed = cs.renew(conn, held, self.lease_ms) if alive is not None else []
             taken = cs.acquire(conn, wanted, self.instance, self.lease_ms) if wanted else {}
-            return bool(alive), renewed or [], taken, cs.now_ms(conn)
+            missed = [name for name in wanted if name not in taken]
+            left = cs.expires_in(conn, missed) if missed else None
+            return alive is not None, renewed or [], taken, left, alive or 0
 
         try:
-            alive, renewed, taken, db_now = await self.store.write(tx)
+            alive, renewed, taken, left_ms, db_now = await self.store.write(tx)
         except DB_ERRORS as exc:
             log.warning("cluster tick failed; leases are kept until they run out", error=str(exc))
+            self._retry_at = trio.current_time() + rules.poll_every_s(self.lease_s)
             return
+        # Held elsewhere: try again when the first one runs out (a release wakes us sooner).
+        self._retry_at = None if left_ms is None else trio.current_time() + left_ms / 1000
         if renewing:
             self._next_renewal = now + rules.renew_every_s(self.lease_s)
             if not alive:
@@ -252,7 +276,7 @@ class Cluster:
             if (token := self._taken.pop(name, None)) is not None:
                 # Taken but nobody is left to run it: give it straight back.
                 with trio.CancelScope(shield=True), contextlib.suppress(*DB_ERRORS):
-                    await self.store.write(lambda conn: cs.release(conn, name, token))
+                    await self.store.write(functools.partial(_release, name=name, token=token))
 
     async def try_acquire(self, names: Sequence[str]) -> list[Lease]:
         """Take those of `names` that are free now, in one write; held ones are skipped."""
@@ -287,7 +311,7 @@ class Cluster:
         self._drop(lease, lost=False)
         self.counters["released"] += 1
         with trio.CancelScope(shield=True), contextlib.suppress(*DB_ERRORS):
-            await self.store.write(lambda conn: cs.release(conn, lease.name, lease.token))
+            await self.store.write(functools.partial(_release, name=lease.name, token=lease.token))
 
     async def run_owned(
         self, name: str, fn: Callable[[Lease], Awaitable[None]], *, again: bool = True
@@ -315,22 +339,36 @@ class Cluster:
     async def request(self, lease: str, action: str, body: dict[str, Any]) -> int:
         """Leave a request for whoever holds `lease` (or takes it next)."""
         raw = _json.encode(body).decode()
-        rid = await self.store.write(
-            lambda conn: cs.post_request(conn, lease, action, raw, self.instance)
-        )
+
+        def tx(conn: Conn) -> int:
+            wake.notify(conn, wake.REQUEST, lease)
+            return cs.post_request(conn, lease, action, raw, self.instance)
+
+        rid = await self.store.write(tx)
         if (held := self.held.get(lease)) is not None:
             held.requests.set()
         return int(rid)
 
     async def requests(self, lease: Lease) -> list[Request]:
-        """Wait up to one tick for requests left for `lease`, and take them."""
-        with trio.move_on_after(rules.poll_every_s(self.lease_s)):
-            await lease.requests.wait()
-        lease.requests = trio.Event()
-        if not await self.store.read(lambda conn: cs.has_requests(conn, lease.name)):
-            return []
-        rows = await self.store.write(lambda conn: cs.take_requests(conn, lease.name, lease.token))
-        return [Request(rid, action, _body.decode(body), frm) for rid, action, body, frm in rows]
+        """Wait for requests left for `lease` (those left before it was taken are found at
+        once), and take them. Woken by the request's commit, in whichever process made it; a
+        read every `safety_s` in case a wake-up was lost."""
+        wakeups = self.store.wakeups
+        while True:
+            woken = wakeups.event(wake.REQUEST, lease.name)
+            if lease.requests.is_set():
+                lease.requests = trio.Event()
+            local = lease.requests
+            if await self.store.read(lambda conn: cs.has_requests(conn, lease.name)):
+                rows = await self.store.write(
+                    lambda conn: cs.take_requests(conn, lease.name, lease.token)
+                )
+                if rows:
+                    return [
+                        Request(rid, action, _body.decode(body), frm)
+                        for rid, action, body, frm in rows
+                    ]
+            await wakeups.wait(woken, local)
 
     async def holder(self, lease: str) -> str | None:
         """The instance holding `lease` now (None: free)."""
@@ -380,4 +418,9 @@ class Cluster:
             "leases_held": sorted(self.held),
             "disagreements": rules.disagreements(self.offers, self.instance, others),
             "counters": dict(self.counters),
+            "wakeups": {
+                "listening": self.store.wakeups.listening,
+                "safety_poll_s": self.store.wakeups.safety_s,
+                **self.store.wakeups.counters,
+            },
         }

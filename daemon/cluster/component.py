@@ -11,7 +11,8 @@ from prometheus_client import Counter, Gauge
 
 from daemon import config, metrics
 from daemon.cluster import Cluster, Offers, rules
-from daemon.runtime import Daemon
+from daemon.process import Daemon
+from daemon.settings import Config, ConfigDiff
 
 members_gauge = Gauge(
     "crawld_cluster_members",
@@ -33,7 +34,20 @@ lease_events = Counter(
 )
 
 
-def offers_for(cfg: config.Config) -> Offers:
+wakeups_listening = Gauge(
+    "crawld_cluster_wakeups_listening",
+    "1 while this instance's LISTEN connection (wake-ups from other instances) is up",
+    registry=metrics.REGISTRY,
+)
+wakeup_events = Counter(
+    "crawld_cluster_wakeups",
+    "Wake-ups received from other instances, and reconnections of the LISTEN connection",
+    ["event"],
+    registry=metrics.REGISTRY,
+)
+
+
+def offers_for(cfg: Config) -> Offers:
     """What this config brings to the cluster, as digests the other members compare."""
     accounts = {a.name: a for a in cfg.collector.accounts}
     return Offers(
@@ -86,6 +100,7 @@ def install(daemon: Daemon) -> None:
         return await cluster.view()
 
     reported = dict.fromkeys(cluster.counters, 0)
+    woken = dict.fromkeys(cluster.store.wakeups.counters, 0)
 
     async def refresh() -> None:
         view = await cluster.view()
@@ -96,8 +111,13 @@ def install(daemon: Daemon) -> None:
         for event, count in cluster.counters.items():
             lease_events.labels(event).inc(count - reported[event])
             reported[event] = count
+        wakeups = cluster.store.wakeups
+        wakeups_listening.set(1 if wakeups.listening else 0)
+        for event, count in wakeups.counters.items():
+            wakeup_events.labels(event).inc(count - woken[event])
+            woken[event] = count
 
-    async def on_reload(old: config.Config, new: config.Config, change: config.ConfigDiff) -> None:
+    async def on_reload(old: Config, new: Config, change: ConfigDiff) -> None:
         # [cluster] itself takes effect at the next restart; the rest is offered at once.
         cluster.offers = msgspec.structs.replace(offers_for(new), lease_ms=cluster.lease_ms)
 

@@ -45,6 +45,15 @@ def poll_every_s(lease_s: float) -> float:
     return min(1.0, lease_s / 4)
 
 
+def tick_in(now: float, next_renewal: float, retry_at: float | None, poll_s: float) -> float:
+    """Seconds until the cluster task's next tick, unless a wake-up comes first (a lease
+    wanted here, one released anywhere): the next renewal, or when the first lease wanted here
+    and held elsewhere runs out (`retry_at`; None: nothing wanted), whichever comes first, and
+    at least a 50th of the tick so a lease renewed just in time is not tried in a loop."""
+    due = next_renewal if retry_at is None else min(next_renewal, retry_at)
+    return max(due - now, poll_s / 50)
+
+
 def local_deadline(sent_at: float, lease_s: float) -> float:
     """Until when (this process's monotonic clock) a lease renewed by a request sent at `sent_at`
     may be trusted: the database counts from when it ran the statement, later than `sent_at`, so

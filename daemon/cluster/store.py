@@ -55,16 +55,16 @@ def join(
 
 def heartbeat(
     conn: Conn, instance: str, claimant: str, lease_ms: int, http: str | None, offers: str
-) -> bool:
-    """Extend this process's membership; False when its row is gone or another process of the
-    name replaced it."""
+) -> int | None:
+    """Extend this process's membership: the database's time of it (epoch ms); None when its
+    row is gone or another process of the name replaced it."""
     row = conn.execute(
         "UPDATE cluster_members SET heartbeat_ms = crawld_now_ms(),"
         " expires_ms = crawld_now_ms() + ?, http = ?, offers = ?"
-        " WHERE instance = ? AND claimant = ? RETURNING instance",
+        " WHERE instance = ? AND claimant = ? RETURNING heartbeat_ms",
         (lease_ms, http, offers, instance, claimant),
     ).fetchone()
-    return row is not None
+    return None if row is None else int(row[0])
 
 
 def leave(conn: Conn, instance: str, claimant: str) -> None:
@@ -112,6 +112,16 @@ def acquire(conn: Conn, names: Sequence[str], instance: str, lease_ms: int) -> d
         [(name, instance, lease_ms) for name in sorted(names)],
     )
     return {name: int(token) for name, token in rows}
+
+
+def expires_in(conn: Conn, names: Sequence[str]) -> int | None:
+    """Milliseconds (database clock) until the first of `names` runs out; None: none held."""
+    rows = conn.executemany(
+        "SELECT expires_ms - crawld_now_ms() FROM cluster_leases WHERE name = ?",
+        [(name,) for name in names],
+    )
+    left = [int(ms) for (ms,) in rows]
+    return min(left) if left else None
 
 
 def renew(conn: Conn, held: Sequence[tuple[str, int]], lease_ms: int) -> list[str]:

@@ -8,13 +8,14 @@ from typing import Any
 
 import trio
 
-from daemon import config, metrics, outbox
+from daemon import metrics, outbox
 from daemon.broker import BrokerSettings, open_amqp_broker
 from daemon.collector.queue import AmqpQueue, EmbeddedQueue, RowQueue, stream_name
-from daemon.collector.service import Collector
+from daemon.collector.service import STATUS_FAILURES, STATUS_WAIT_S, Collector
 from daemon.config import resolve_secret
 from daemon.logs import get_logger
-from daemon.runtime import Daemon
+from daemon.process import Daemon
+from daemon.settings import Config
 
 log = get_logger("collector")
 
@@ -39,6 +40,7 @@ def install(daemon: Daemon) -> None:
                 task_status.started()
                 try:
                     # Alone on SQLite nobody can take the stream over: no fencing to do.
+                    assert daemon.cluster is not None
                     multi = daemon.cluster.multi
                     await daemon.cluster.run_owned(
                         drainer_lease(stream),
@@ -70,11 +72,15 @@ def install(daemon: Daemon) -> None:
     daemon.routes.extend(collector_api.routes(daemon, collector, queue))
 
     async def collector_section() -> dict[str, Any]:
-        pending = await daemon.outbox.state(stream) if daemon.outbox else None
         section = await collector.status()
-        if pending is not None:
-            section["undelivered"] = pending.pending
-            section["oldest_undelivered_ms"] = pending.oldest_ms
+        assert daemon.outbox is not None
+        try:
+            with trio.fail_after(STATUS_WAIT_S):
+                pending = await daemon.outbox.state(stream)
+        except STATUS_FAILURES:
+            return section  # the runs are shown; the queue's depth waits for the store
+        section["undelivered"] = pending.pending
+        section["oldest_undelivered_ms"] = pending.oldest_ms
         return section
 
     async def broker_section() -> dict[str, Any]:
@@ -113,7 +119,7 @@ def drainer_lease(stream: str) -> str:
     return f"outbox:{stream}"
 
 
-def check_secrets(cfg: config.Config) -> None:
+def check_secrets(cfg: Config) -> None:
     """The broker password and the credentials of every account an enabled task uses."""
     if cfg.broker.kind == "amqp":
         resolve_secret(cfg.broker.password_env, "$.broker.password_env")

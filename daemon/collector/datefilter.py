@@ -26,7 +26,7 @@ from zoneinfo import ZoneInfo
 import msgspec
 
 if TYPE_CHECKING:
-    from daemon.config import CollectorConfig, TaskConfig
+    from daemon.collector.config import CollectorConfig, TaskConfig
 
 DAY_MS = 86_400_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -120,6 +120,42 @@ def expiration_ms(
         return fixed_ttl_ms
     remaining = ttl_ms(judgement.record_ms, now_ms, filter_days)
     return remaining if remaining > 0 else None
+
+
+class Kept(msgspec.Struct):
+    """What a window's rows become: the rows to publish with their expiry, the verdicts of
+    every row, and the judgements of the rows dropped."""
+
+    rows: list[tuple[dict[str, Any], int]]
+    counts: DateCounts
+    dropped: list[Judgement]
+
+
+def keep_rows(
+    rows: Sequence[dict[str, Any]],
+    rule: DateRule,
+    now_ms: int,
+    *,
+    ttl_from: Literal["fixed", "record"],
+    fixed_ttl_ms: int,
+) -> Kept:
+    """Judge each row of a window and keep the ones to publish, in order, with their expiry."""
+    kept = Kept([], DateCounts(), [])
+    for row in rows:
+        judgement = judge(row, rule, now_ms)
+        kept.counts.count(judgement)
+        ttl = expiration_ms(
+            judgement,
+            now_ms,
+            ttl_from=ttl_from,
+            filter_days=rule.filter_days,
+            fixed_ttl_ms=fixed_ttl_ms,
+        )
+        if ttl is not None:
+            kept.rows.append((row, ttl))
+        else:
+            kept.dropped.append(judgement)
+    return kept
 
 
 def parse_record_time(

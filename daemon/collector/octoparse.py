@@ -23,7 +23,8 @@ import httpx
 import msgspec
 import trio
 
-from daemon.config import AccountConfig, resolve_secret
+from daemon.collector.config import AccountConfig
+from daemon.config import resolve_secret
 from daemon.jobs.retry import parse_retry_after
 from daemon.logs import get_logger
 from daemon.net.ratelimit import RateLimiter

@@ -25,7 +25,7 @@ import trio
 
 from daemon import metrics
 from daemon.broker import AmqpBroker, BrokerError, Publishing
-from daemon.broker_rules import batch_limit
+from daemon.broker.rules import batch_limit
 from daemon.cluster import Lease, LeaseLost
 from daemon.collector.messages import ConsumedMessage, consumed_from_item, decode_body, outgoing
 from daemon.logs import get_logger

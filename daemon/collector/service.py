@@ -9,6 +9,7 @@
 # the start/stop requests other instances leave for the lease (see `hand_over`).
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,13 +18,14 @@ import msgspec
 import trio
 
 from daemon.cluster import Cluster, Lease, Request
-from daemon.collector.crawler import AlreadyRunning, CrawlerStopped, JobSink, TaskCrawler
+from daemon.cluster import rules as cluster_rules
+from daemon.collector import runrules
+from daemon.collector.config import AccountConfig, CollectorSettings, TaskConfig
+from daemon.collector.contracts import STORE_FAILURES, AlreadyRunning, CrawlerStopped, JobSink
+from daemon.collector.crawler import TaskCrawler
 from daemon.collector.octoparse import OctoparseClient
 from daemon.config import (
-    AccountConfig,
-    Config,
     ConfigDiff,
-    TaskConfig,
     WebhookSpec,
     to_builtins,
 )
@@ -33,6 +35,9 @@ from daemon.outbox import Outbox
 from daemon.store import Store
 
 log = get_logger("collector")
+STATUS_WAIT_S = 1.0
+"""How long /status waits for the store before showing the collector without it."""
+STATUS_FAILURES: tuple[type[BaseException], ...] = (*STORE_FAILURES, trio.TooSlowError)
 
 
 class UnknownTask(Exception):
@@ -52,6 +57,15 @@ def lease_name(task_id: str) -> str:
     return f"collector:{task_id}"
 
 
+def removal(config: CollectorSettings, task_id: str) -> str:
+    """Why `config` no longer runs the task (the error its run's job ends with)."""
+    if not config.collector.enabled:
+        return runrules.COLLECTOR_DISABLED
+    if any(t.id == task_id for t in config.collector.tasks):
+        return runrules.TASK_DISABLED
+    return runrules.TASK_REMOVED
+
+
 def request_webhook(value: Any) -> str | WebhookSpec | None:
     """A start request's webhook back from its JSON form."""
     if value is None or isinstance(value, str):
@@ -69,7 +83,7 @@ class _Running:
 class Collector:
     def __init__(
         self,
-        config: Config,
+        config: CollectorSettings,
         *,
         store: Store,
         outbox: Outbox,
@@ -128,7 +142,7 @@ class Collector:
                 self.crawlers.clear()
 
     @staticmethod
-    def enabled_tasks(config: Config) -> list[TaskConfig]:
+    def enabled_tasks(config: CollectorSettings) -> list[TaskConfig]:
         if not config.collector.enabled:
             return []
         return [t for t in config.collector.tasks if t.enabled]
@@ -166,9 +180,13 @@ class Collector:
             nonlocal task_status
             status, task_status = task_status, trio.TASK_STATUS_IGNORED
             async with trio.open_nursery() as nursery:
+                run = functools.partial(crawler.run, lease, resume_interrupted=cluster.multi)
+                # Requests are taken once the crawler knows whether it continues a job, so a
+                # stop left while nobody ran the task reaches that job.
+                await nursery.start(run)
+                status.started()
                 if cluster.multi:  # alone, every start and stop is served here directly
                     nursery.start_soon(self._take_requests, cluster, crawler, lease, nursery)
-                await crawler.run(lease, resume_interrupted=cluster.multi, task_status=status)
 
         await cluster.run_owned(lease_name(crawler.task.id), owned)
 
@@ -176,7 +194,13 @@ class Collector:
         self, cluster: Cluster, crawler: TaskCrawler, lease: Lease, nursery: trio.Nursery
     ) -> None:
         while True:
-            for request in await cluster.requests(lease):
+            try:
+                requests = await cluster.requests(lease)
+            except STORE_FAILURES as exc:  # the lease runs out if the store stays away
+                log.warning("cannot read the task's requests", task=crawler.task.id, error=str(exc))
+                await trio.sleep(cluster_rules.poll_every_s(cluster.lease_s))
+                continue
+            for request in requests:
                 log.info(
                     "request from another instance",
                     task=crawler.task.id,
@@ -220,15 +244,20 @@ class Collector:
         await self.cluster.request(lease_name(task_id), action, body)
         return owner
 
-    async def _stop(self, task_id: str) -> None:
+    async def _stop(self, task_id: str, removed: str | None = None) -> None:
+        """Stop the task's crawler; `removed`: why the configuration no longer lists the task
+        (its run's job ends `cancelled` saying so). Otherwise (a changed task) the run is cut
+        short and the restarted crawler continues its job."""
         running = self.crawlers.pop(task_id, None)
         if running is None:
             return
-        running.crawler.request_stop()
+        running.crawler.removed = removed
         running.scope.cancel()
         await running.done.wait()
 
-    async def apply(self, old: Config, new: Config, change: ConfigDiff) -> None:
+    async def apply(
+        self, old: CollectorSettings, new: CollectorSettings, change: ConfigDiff
+    ) -> None:
         """Reload hook: stop removed/changed crawlers, start added/changed ones."""
         self.config = new
         if self._nursery is None:
@@ -236,8 +265,12 @@ class Collector:
         wanted = {t.id: t for t in self.enabled_tasks(new)}
         collector_changed = "collector" in change.sections_changed
         for task_id in list(self.crawlers):
-            if task_id not in wanted or task_id in change.tasks_changed or collector_changed:
-                log.info("stopping crawler", task=task_id, reason="reload")
+            if task_id not in wanted:
+                removed = removal(new, task_id)
+                log.info("stopping crawler", task=task_id, reason=removed)
+                await self._stop(task_id, removed)
+            elif task_id in change.tasks_changed or collector_changed:
+                log.info("restarting crawler", task=task_id, reason="its settings changed")
                 await self._stop(task_id)
         for task_id, task in wanted.items():
             if task_id not in self.crawlers:
@@ -271,10 +304,12 @@ class Collector:
         return running.crawler
 
     def crawler_status(self, crawler: TaskCrawler) -> dict[str, Any]:
+        waiting = crawler.continuing
         return {
             "id": crawler.task.id,
             "running": crawler.running,
             "current_run": to_builtins(crawler.current) if crawler.current else None,
+            "continuing": to_builtins(waiting) if waiting and not crawler.current else None,
             "last_run": to_builtins(crawler.last_result) if crawler.last_result else None,
             "next_run_ms": crawler.next_run_ms,
             "high_water": crawler.high_water,
@@ -296,11 +331,18 @@ class Collector:
         return result
 
     async def status(self) -> dict[str, Any]:
+        """Each crawler's runs; in cluster mode who owns each task (`owner_unknown` while the
+        store does not answer: the runs shown are still this instance's truth)."""
         tasks = []
         for task_id, running in self.crawlers.items():
             entry = self.crawler_status(running.crawler)
             if self.cluster is not None:
-                entry["owner"] = await self.owner(task_id)
                 entry["owned"] = self.owns(task_id)
+                try:
+                    with trio.fail_after(STATUS_WAIT_S):
+                        entry["owner"] = await self.owner(task_id)
+                except STATUS_FAILURES as exc:
+                    entry["owner"] = self.cluster.instance if entry["owned"] else None
+                    entry["owner_unknown"] = f"the store does not answer ({type(exc).__name__})"
             tasks.append(entry)
         return {"tasks": tasks, "stream": self.stream}

@@ -28,12 +28,18 @@ class RunStats(msgspec.Struct, kw_only=True):
     dropped: DateCounts = msgspec.field(default_factory=DateCounts)
     duplicates: int = 0
     published: int = 0
-    status: str = "running"  # running | completed | stopped | cancelled | failed
+    continues: bool = False
+    """This run continues the job an interrupted run left running (same job id)."""
+    status: str = "running"
+    """running | completed | failed | stopped (POST /crawl/stop) | cancelled (its job deleted) |
+    removed (the task removed by a reload) | interrupted (its job continues) | ended (its job was
+    given a final status elsewhere); see collector.runrules."""
     end: str | None = None
     error: str | None = None
     finished_ms: int | None = None
     interrupted: bool = False
-    """Ended by shutdown, reload or a lost lease rather than by itself or a stop request."""
+    """Cut short by its instance (shutdown, reload, a lost lease, the store failing, the task
+    removed) rather than ended by itself or a user."""
 
 
 class TaskState(msgspec.Struct):

@@ -381,8 +381,10 @@ class BrowserPool:
         config: BrowserConfig,
         proxy_port: Callable[[], int],
         closed_port: Callable[[], int] | None = None,
+        stealth_port: Callable[[], int] | None = None,
     ) -> None:
         self.config = config
+        self._stealth_port = stealth_port
         executable = find_browser(config.executable)
         if executable is None:
             raise BrowserUnavailable("no browser found (see [crawl.browser] executable)")
@@ -510,8 +512,10 @@ class BrowserPool:
     # -- tabs ------------------------------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def tab(self) -> AsyncIterator[Tab]:
-        """A fresh tab in a fresh browser context, closed (context disposed) afterwards."""
+    async def tab(self, *, stealth: bool = False) -> AsyncIterator[Tab]:
+        """A fresh tab in a fresh browser context, closed (context disposed) afterwards;
+        `stealth`: its connections leave through the stealth proxy pool (when configured)."""
+        port = self._stealth_port() if stealth and self._stealth_port else self._proxy_port()
         async with self._tabs:
             browser = await self._browser()
             browser.active += 1
@@ -523,7 +527,7 @@ class BrowserPool:
                         "Target.createBrowserContext",
                         {
                             "disposeOnDetach": True,
-                            "proxyServer": f"socks5://127.0.0.1:{self._proxy_port()}",
+                            "proxyServer": f"socks5://127.0.0.1:{port}",
                             "proxyBypassList": "<-loopback>",
                         },
                     )

@@ -2,7 +2,7 @@
 # port: no other process of the machine can attach to the browser (a DevTools port on loopback is
 # a remote-control socket for any local user or any page that reaches it), and there is no
 # handshake, no WebSocket library and no second event loop (Playwright's asyncio API plus its Node
-# driver process; see the README's "Rendering JavaScript" for the figures that chose this).
+# driver process; see docs/explanations/cdp-pipe.md for the figures that chose this).
 #
 # Wire format: JSON messages terminated by a NUL byte; Chromium reads commands on its fd 3 and
 # writes answers and events on its fd 4. One reader task routes answers to the waiting caller (by

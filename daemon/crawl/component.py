@@ -1,49 +1,99 @@
 # Wires the Firecrawl-compatible crawl API into the daemon: the CrawlService (runs crawl and batch
 # jobs, resumes them after a restart) as a supervised component, its routes (placed before the
-# jobs API's so /v2/crawl/active is not read as a job id; the jobs API's DELETE /v2/crawl/{id}
-# cancels a crawl through the store first, so it reaches every instance), the `crawl` /status
-# section and the reload hook that gives new jobs the new [crawl] limits.
+# jobs API's so /v2/crawl/active is not read as a job id; its own DELETE /v2/crawl/{id}, served
+# instead of the jobs API's, cancels a crawl through the store first, so it reaches every
+# instance), the `crawl` /status section and the reload hook that gives new jobs the new [crawl]
+# limits. `/v2/search` rides on the same service: the [search] provider answers, the crawl engine
+# scrapes the results. /v2/extract jobs run on the same engine (daemon/crawl/extract.py) with the
+# LLM service. The document cache is pruned by its own task and emptied by prefix through
+# DELETE /v2/cache.
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
-from daemon import config
+from daemon.crawl.search import SearchService
 from daemon.crawl.service import CrawlService
 from daemon.logs import get_logger
-from daemon.runtime import Daemon
+from daemon.process import Daemon
+from daemon.settings import Config, ConfigDiff
+from daemon.store import DB_ERRORS, StoreClosed
+
+if TYPE_CHECKING:
+    from daemon.api.app import ApiRoute
+
+_STORE_FAILURES: tuple[type[BaseException], ...] = (*DB_ERRORS, StoreClosed)
 
 log = get_logger("crawl")
 
 
 def install(daemon: Daemon) -> None:
+    from daemon.api import cache as cache_api
     from daemon.api import crawl as crawl_api
+    from daemon.api import extract as extract_api
+    from daemon.api import search as search_api
+    from daemon.api import v1 as v1_api
+    from daemon.crawl.extract import ExtractService
 
     cfg = daemon.config.crawl
     if not cfg.enabled:
         return
     assert daemon.store is not None and daemon.jobs is not None
-    service = CrawlService(cfg, daemon.store, daemon.jobs, cluster=daemon.cluster)
+    service = CrawlService(cfg, daemon.store, daemon.jobs, cluster=daemon.cluster, llm=daemon.llm)
     daemon.parts["crawl"] = service
+    search = SearchService(service, daemon.config.search)
+    daemon.parts["search"] = search
+    extract = ExtractService(service, daemon.llm, search)
+    daemon.parts["extract"] = extract
 
     async def run_crawl(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
         await service.run(task_status=task_status)
 
     async def crawl_section() -> dict[str, Any]:
-        return await service.status()
+        return {**await service.status(), "search": search.status(),
+                "extract": extract.status()}  # fmt: skip
 
-    async def on_reload(old: config.Config, new: config.Config, change: config.ConfigDiff) -> None:
+    async def on_reload(old: Config, new: Config, change: ConfigDiff) -> None:
         if "crawl" in change.sections_changed and new.crawl.enabled:
             if new.crawl.browser != old.crawl.browser:
                 log.warning("[crawl.browser] changes take effect at the next restart")
             service.configure(new.crawl)
+        if "search" in change.sections_changed:
+            search.configure(new.search)
+
+    async def run_extract(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
+        await extract.run(task_status=task_status)
+
+    async def run_cache_prune(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
+        task_status.started()
+        while True:
+            await trio.sleep(float(service.cache.config.prune_every))
+            try:
+                if gone := await service.cache.prune():
+                    log.info("document cache pruned", entries=gone)
+            except _STORE_FAILURES as exc:
+                log.warning("document cache prune failed; trying again later", error=str(exc))
 
     daemon.add_component("crawl", run_crawl)
-    daemon.routes[:0] = crawl_api.routes(service)
-    daemon.routes[:] = [
-        crawl_api.cancel_anywhere(r, service) if r.path == "/v2/crawl/{id}" else r
-        for r in daemon.routes
-    ]
+    daemon.add_component("crawl-cache", run_cache_prune)
+    daemon.add_component("extract", run_extract)
+    daemon.routes[:0] = (
+        crawl_api.routes(service) + search_api.routes(search) + v1_api.routes(service, search)
+        + extract_api.routes(extract) + cache_api.routes(service.cache)
+    )  # fmt: skip
+    serve_instead(daemon.routes, crawl_api.cancel_route(service))
     daemon.status_sections["crawl"] = crawl_section
     daemon.reload_hooks.append(on_reload)
+
+
+def serve_instead(routes: list[ApiRoute], route: ApiRoute) -> None:
+    """Serve `route` instead of the registered route of the same method and path, in its place
+    (so the order of the paths, and of /openapi.json, stays), or add it when there is none. The
+    one taken over is the jobs API's, which is always registered first: the crawl part runs its
+    jobs on the JobManager, so it installs after the jobs part."""
+    for i, registered in enumerate(routes):
+        if (registered.method, registered.path) == (route.method, route.path):
+            routes[i] = route
+            return
+    routes.append(route)

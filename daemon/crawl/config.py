@@ -8,6 +8,7 @@ import shutil
 from typing import Literal
 
 from daemon.config_types import Duration, Section
+from daemon.crawl.proxies import ProxyServer, proxy_problems
 
 BROWSER_NAMES = ("chromium", "chromium-headless-shell", "chromium-browser", "google-chrome")
 """Looked up on PATH, in this order, when `[crawl.browser] executable` is empty."""
@@ -72,6 +73,31 @@ class BrowserConfig(Section, frozen=True):
             )
 
 
+class CacheConfig(Section, frozen=True):
+    """`[crawl.cache]`: the document cache behind `maxAge` / `minAge` / `lockdown`
+    (docs/how-to/cache.md), in the store, shared by every instance."""
+
+    enabled: bool = True
+    """Keep and serve documents; off: every scrape is live, `minAge` and `lockdown` are 404s
+    (as a Firecrawl without its index)."""
+    max_bytes: int = 512 * 1024 * 1024
+    """Bytes of cached documents kept; above it the oldest go at the next prune."""
+    max_entries: int = 100_000
+    """Documents kept; above it the oldest go at the next prune."""
+    max_age: Duration = Duration(30 * 86400)
+    """Documents older than this are deleted at the next prune, whatever maxAge asks."""
+    prune_every: Duration = Duration(60)
+    """How often the bounds are applied."""
+
+    def __post_init__(self) -> None:
+        if self.max_bytes < 1024 * 1024:
+            raise ValueError("max_bytes must be at least 1 MiB (1048576)")
+        if self.max_entries < 1:
+            raise ValueError("max_entries must be at least 1")
+        if float(self.max_age) <= 0 or float(self.prune_every) <= 0:
+            raise ValueError("max_age and prune_every must be more than 0")
+
+
 class CrawlConfig(Section, frozen=True):
     enabled: bool = True
     """Serve /v2/scrape, /v2/crawl, /v2/batch/scrape and /v2/map."""
@@ -100,6 +126,22 @@ class CrawlConfig(Section, frozen=True):
     mobile) or look script-built; "always" renders every HTML page; "never" only those that
     ask for it."""
     browser: BrowserConfig = BrowserConfig()
+    cache: CacheConfig = CacheConfig()
+    proxies: list[ProxyServer] = []
+    """Outbound proxies every fetch and browser connection goes through (empty: direct)."""
+    stealth_proxies: list[ProxyServer] = []
+    """Second pool for `proxy: "stealth"`/`"enhanced"`, and for `"auto"` after a 401/403/429."""
+    proxy_rotation: Literal["per_host", "per_request"] = "per_host"
+    """per_host: one site's pages all go through one proxy; per_request: round robin."""
+
+    def check_proxies(self) -> None:
+        """ValueError naming the key path of the first bad proxy (run when the file is read:
+        it checks the credential variables exist in this environment)."""
+        problems = proxy_problems(self.proxies, "$.crawl.proxies") + proxy_problems(
+            self.stealth_proxies, "$.crawl.stealth_proxies"
+        )
+        if problems:
+            raise ValueError(problems[0])
 
     def __post_init__(self) -> None:
         for cidr in self.allow_cidrs:

@@ -24,160 +24,73 @@
 # fetched, as many waiting for the committer and a batch of them being committed; their rows stay
 # queued, claimed by a dead process, and another instance claims and fetches them again.
 #
+# On a shared store (PostgreSQL) this process hands the store one crawl write that locks a crawl's
+# rows at a time (`CrawlWrites`): the store commits queued writes in groups, and a group holding
+# the rows of crawl X then Y on one instance while another holds Y then X deadlocks; PostgreSQL
+# finds it only after its deadlock_timeout (1 s), long enough to make the cluster's lease
+# renewals, queued behind it, late. One crawl per group cannot deadlock with another.
+#
 # Cancel (DELETE, on whichever instance works on the crawl) decides the end `cancelled` in the
 # store: every instance finds it at its next claim or commit, claims nothing more and drops what
 # it had in flight. A daemon shutdown cancels everything and leaves the job `scraping`.
+#
+# The rooms around this one: what every job shares (engine.py), how a plan reads (run_settings.py),
+# storing a batch of pages (commit.py), and how the work ends or is interrupted (ending.py).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
-import math
-import uuid
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import trio
 
 from daemon.clock import EpochClock, wall_ms
-from daemon.cluster import Cluster, Lease
-from daemon.cluster import store as cluster_store
+from daemon.cluster import Cluster, Lease, fenced
 from daemon.crawl import rules
 from daemon.crawl import store as crawlstore
-from daemon.crawl.browser import BrowserPool
-from daemon.crawl.config import CrawlConfig
-from daemon.crawl.document import DocumentOptions, scrape_page
-from daemon.crawl.fetch import Fetcher, FetchError, FetchPolicy, FetchResult, HostGate, Resolver
-from daemon.crawl.metrics import crawl_jobs, crawl_pages
-from daemon.crawl.models import BatchPlan, CrawlPlan, ScrapeOptions
-from daemon.crawl.pages import PageMaker, PagePlan, page_plan
+from daemon.crawl.commit import Failed, Outcome, Page, blocked_in_tx, commit_tx
+from daemon.crawl.ending import (
+    INTERRUPTIONS,
+    CrawlEnded,
+    all_of,
+    any_of,
+    apply_end,
+    leaves,
+    summary,
+)
+from daemon.crawl.engine import CrawlWrites, Engine
+from daemon.crawl.fetch import FetchError
+from daemon.crawl.metrics import crawl_interruptions, crawl_pages
 from daemon.crawl.robots import Robots, fetch_robots
+from daemon.crawl.run_settings import run_settings
 from daemon.crawl.sitemap import sitemap_urls
-from daemon.crawl.urls import CrawlScope, dedupe_key, parse_http_url
+from daemon.crawl.urls import dedupe_key, parse_http_url
 from daemon.jobs import store as jobstore
 from daemon.jobs.manager import JobManager, PendingEvents
 from daemon.jobs.store import JobFinished, JobNotFound
 from daemon.logs import get_logger
 from daemon.redact import redact_url
-from daemon.store import DB_ERRORS, Conn, Store, StoreClosed
+from daemon.store import DB_ERRORS, Conn, Store, StoreClosed, wake
 
-_STORE_FAILURES: tuple[type[BaseException], ...] = (*DB_ERRORS, StoreClosed)
 log = get_logger("crawl")
 
-POLL_S = 0.05
-"""How often a worker with nothing to claim looks again (other instances hold the rest, and
-their commits queue the links it waits for): one claim per instance, not per worker."""
+POLL_S = 0.25
+"""How often a worker with nothing to claim looks again without a wake-up: links queued or
+claims given back, and the crawl's end, in any instance, wake it (daemon/store/wake.py
+FRONTIER); this finds the rows of an instance that died once it is no longer alive. One claim
+per instance, not per worker."""
 ENDING_POLL_S = 1.0
 """How often a running job looks whether its end was decided elsewhere (a DELETE on another
 instance), to drop the pages it is fetching instead of finishing them for nothing."""
 COMMIT_BATCH = 64
 """Most finished pages stored in one transaction (and at most [crawl] concurrency)."""
-CPU_THREADS = 2
-"""Threads turning big pages into documents (html-to-markdown and selectolax release the GIL)."""
-INLINE_BYTES = 128 * 1024
-"""Pages up to this size become documents on the event loop: about a millisecond of work, less
-than the hand-off to a thread and the GIL contention it brings."""
-
-_plan_decoder = msgspec.json.Decoder(CrawlPlan)
-_batch_decoder = msgspec.json.Decoder(BatchPlan)
 
 
-def _malloc_trim() -> Callable[[], None]:
-    """glibc's malloc_trim: parsing a multi-megabyte page takes a hundred MB of C heap for a
-    moment (selectolax's tree, html-to-markdown's buffers) that glibc keeps after it is freed;
-    trimming after such a page gives it back to the system. A no-op elsewhere."""
-    try:
-        trim = ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return lambda: None
-
-    def release() -> None:
-        trim(0)
-
-    return release
-
-
-release_memory = _malloc_trim()
-
-
-def scrape_large_page(
-    result: FetchResult, options: DocumentOptions, source_url: str, scrape_id: str
-) -> tuple[dict[str, Any], list[str]]:
-    """`scrape_page` for a page over INLINE_BYTES (in a worker thread), then `release_memory`."""
-    try:
-        return scrape_page(result, options, source_url=source_url, scrape_id=scrape_id)
-    finally:
-        release_memory()
-
-
-@dataclass
-class Page:
-    """A fetched page, turned into a document."""
-
-    entry: crawlstore.FrontierEntry
-    document: dict[str, Any]
-    links: rules.Admission
-    final_key: str | None = None
-    """Dedupe key of the URL a redirect ended at, when it differs from the requested one."""
-    refused: tuple[str, str] | None = None
-    """(code, reason) when the start URL itself breaks a rule: an error, its links still used."""
-
-
-@dataclass
-class Failed:
-    entry: crawlstore.FrontierEntry
-    code: str
-    error: str
-
-
-Outcome = Page | Failed
-
-
-class CrawlEnded(Exception):
-    """The crawl's end was decided (by any instance): nothing more is stored for it here."""
-
-
-@dataclass
-class Engine:
-    """What every job shares: the fetcher, the per-host gate and the global limits."""
-
-    config: CrawlConfig
-    fetcher: Fetcher
-    gate: HostGate
-    fetch_slots: trio.CapacityLimiter
-    job_slots: trio.CapacityLimiter
-    cpu: trio.CapacityLimiter = field(default_factory=lambda: trio.CapacityLimiter(CPU_THREADS))
-    pages: Counter[str] = field(default_factory=Counter)
-    last_success_ms: int | None = None
-    """When a page (crawl, batch or /v2/scrape) was last produced: queue-status's
-    mostRecentSuccess."""
-    browser: BrowserPool | None = None
-    maker: PageMaker = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.maker = PageMaker(
-            self.fetcher, self.document, browser=self.browser, render_mode=self.config.render,
-            gate=self.gate, cpu=self.cpu,
-        )  # fmt: skip
-
-    def plan(self, options: ScrapeOptions) -> PagePlan:
-        return page_plan(
-            options, self.fetcher.policy.timeout, self.config.browser.max_screenshot_height
-        )
-
-    async def document(
-        self, result: FetchResult, options: DocumentOptions, source_url: str
-    ) -> tuple[dict[str, Any], list[str]]:
-        scrape_id = str(uuid.uuid4())
-        if len(result.body) <= INLINE_BYTES:
-            await trio.lowlevel.checkpoint()
-            return scrape_page(result, options, source_url=source_url, scrape_id=scrape_id)
-        return await trio.to_thread.run_sync(
-            scrape_large_page, result, options, source_url, scrape_id, limiter=self.cpu
-        )
+INTERRUPTED_PAUSE_S = 0.5
+"""Pause before working on an interrupted job again (a write waits for the store by itself)."""
 
 
 class JobRun:
@@ -192,8 +105,10 @@ class JobRun:
         clock_ms: EpochClock = wall_ms,
         cluster: Cluster | None = None,
         claimant: str = "",
+        writes: CrawlWrites | None = None,
     ) -> None:
         self.engine = engine
+        self.writes = writes or CrawlWrites(store)
         self.cluster = cluster
         self.claimant = claimant
         self.lease_name = f"crawl:{row.job_id}"
@@ -204,41 +119,16 @@ class JobRun:
         self.job_id = row.job_id
         self.clock_ms = clock_ms
         self.batch = row.kind == "batch_scrape"
-        options: ScrapeOptions
-        if self.batch:
-            batch = _batch_decoder.decode(row.plan)
-            options = batch.options
-            self.limit = math.inf
-            self.max_concurrency = batch.max_concurrency
-            self.delay: float | None = None
-            self.zdr = batch.zero_data_retention
-            self.scope: CrawlScope | None = None
-            self.policy = rules.LinkPolicy(follow_links=False)
-            self.plan: CrawlPlan | None = None
-        else:
-            plan = self.plan = _plan_decoder.decode(row.plan)
-            request = plan.request
-            options = plan.options
-            self.limit = plan.limit
-            self.max_concurrency = request.maxConcurrency
-            self.delay = request.delay
-            self.zdr = request.zeroDataRetention
-            self.scope = CrawlScope(
-                start_url=request.url,
-                include_paths=tuple(request.includePaths),
-                exclude_paths=tuple(request.excludePaths),
-                regex_on_full_url=request.regexOnFullURL,
-                crawl_entire_domain=request.crawlEntireDomain,
-                allow_subdomains=request.allowSubdomains,
-                allow_external_links=request.allowExternalLinks,
-            )
-            self.policy = rules.LinkPolicy(
-                follow_links=request.sitemap != "only",
-                max_depth=request.maxDiscoveryDepth,
-                ignore_query=request.ignoreQueryParameters,
-                similar=request.deduplicateSimilarURLs,
-            )
-        self.page_plan = engine.plan(options)
+        settings = run_settings(row)
+        self.plan = settings.plan
+        self.limit = settings.limit
+        self.max_concurrency = settings.max_concurrency
+        self.delay = settings.delay
+        self.zdr = settings.zero_data_retention
+        self.scope = settings.scope
+        self.policy = settings.policy
+        options = settings.options
+        self.page_plan = engine.plan(options, zero_data_retention=self.zdr)
         self.robots = Robots.allow_all()
         self.concurrency = 1
         self.pace: float | None = None
@@ -247,6 +137,10 @@ class JobRun:
         self.generation = 0
         self.dry: int | None = None
         """`generation` at the last claim that found nothing to take."""
+        self.drained: int | None = None
+        """`generation` at which a worker found nothing queued and nothing in flight: the run's
+        work is done, and every worker woken at that generation stops too (instead of each
+        waiting out its own poll first, one after the other behind the refill lock)."""
         self.lot = trio.lowlevel.ParkingLot()
         self.refill_lock = trio.Lock()
         self.work_scope = trio.CancelScope()
@@ -256,6 +150,7 @@ class JobRun:
         self.started = False
         self.fetched = 0
         self.failed = 0
+        self.interruptions = 0
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -297,32 +192,54 @@ class JobRun:
 
     async def _until_ended(self) -> tuple[str | None, str | None]:
         """(final status, error) when this process is to apply the job's end, (None, None) when
-        another does."""
+        another does. A store failure or a lost lease interrupts the work, never ends the job:
+        the work starts again from what is committed once the store answers (or, for a paced
+        crawl, once this process holds the crawl's lease again)."""
         while True:
             ending, error = "completed", None
             if not self.cancel_asked:
                 try:
                     with trio.CancelScope() as self.work_scope:
                         await self._work()
-                except (StoreClosed, trio.Cancelled):
+                except trio.Cancelled:
                     raise
-                except JobFinished:
-                    return None, None
                 except Exception as exc:
+                    if any_of(exc, StoreClosed):
+                        raise StoreClosed("the store closed under a crawl job") from exc
+                    if any_of(exc, JobFinished):
+                        return None, None
+                    if all_of(exc, INTERRUPTIONS):
+                        await self._interrupted(exc)
+                        continue
                     log.error("crawl job failed", job=self.job_id, exc_info=exc)
-                    ending, error = "failed", f"internal error: {type(exc).__name__}"
+                    kinds = dict.fromkeys(type(leaf).__name__ for leaf in leaves(exc))
+                    ending, error = "failed", f"internal error: {', '.join(kinds)}"
             if self.cancel_asked:
                 ending = "cancelled"
-            decided = await self.store.write(
-                functools.partial(
-                    crawlstore.conclude, job_id=self.job_id, claimant=self.claimant, ending=ending
-                )
-            )
-            if decided is not None:
-                return decided, error if decided == ending else None
-            if await self.store.read(lambda c: crawlstore.job_ending(c, self.job_id)):
-                return None, None
-            await trio.sleep(POLL_S)
+            frontier = self.store.wakeups.event(wake.FRONTIER, self.job_id)
+            try:
+                decided = await self.writes.write(
+                    functools.partial(crawlstore.conclude, job_id=self.job_id,
+                                      claimant=self.claimant, ending=ending)
+                )  # fmt: skip
+                if decided is not None:
+                    return decided, error if decided == ending else None
+                if await self.store.read(lambda c: crawlstore.job_ending(c, self.job_id)):
+                    return None, None
+            except DB_ERRORS as exc:
+                await self._interrupted(exc)
+                continue
+            with trio.move_on_after(POLL_S):
+                await frontier.wait()
+
+    async def _interrupted(self, exc: BaseException) -> None:
+        """The work stopped on a store failure or a lost lease: the job goes on (`scraping`)
+        and the work starts again after a pause, from what is committed."""
+        self.interruptions += 1
+        crawl_interruptions.labels(self.row.kind).inc()
+        log.warning("crawl work interrupted; it goes on from what is committed", job=self.job_id,
+                    error=summary(exc), retry_in_s=INTERRUPTED_PAUSE_S)  # fmt: skip
+        await trio.sleep(INTERRUPTED_PAUSE_S)
 
     async def _work(self) -> None:
         if not self.prepared:
@@ -340,7 +257,8 @@ class JobRun:
         self.lease = lease
         self.queue.clear()
         self.in_flight = 0
-        await self.store.write(
+        self.drained = None
+        await self.writes.write(
             functools.partial(crawlstore.release_claims, job_id=self.job_id, claimant=self.claimant)
         )
         send, recv = trio.open_memory_channel[Outcome](self.engine.config.concurrency)
@@ -409,8 +327,7 @@ class JobRun:
         candidates = [(start_key, start, 0), *admission.candidates]
 
         def tx(conn: Conn) -> None:
-            if lease is not None:
-                lease.check(conn)
+            fenced.check(conn, lease)
             jobstore.require_running(conn, self.job_id)
             if not crawlstore.set_kicked_off(conn, self.job_id):
                 return
@@ -418,7 +335,7 @@ class JobRun:
             self._blocked_in_tx(conn, admission.robots_blocked)
             jobstore.set_total(conn, self.job_id, crawlstore.admitted(conn, self.job_id))
 
-        await self.store.write(tx)
+        await self.writes.write(tx)
 
     def _robots_allowed(self, url: str) -> bool:
         return self.robots.allowed(url)
@@ -436,20 +353,22 @@ class JobRun:
     # -- workers ---------------------------------------------------------------------------
 
     async def _next(self) -> crawlstore.FrontierEntry | None:
+        wakeups = self.store.wakeups
         while True:
+            frontier = wakeups.event(wake.FRONTIER, self.job_id)  # by any instance
             if self.queue:
                 self.in_flight += 1
                 return self.queue.popleft()
-            if self.ended:
+            if self.ended or self.drained == self.generation:
                 return None
             async with self.refill_lock:
-                if self.queue or self.ended:
+                if self.queue or self.ended or self.drained == self.generation:
                     continue
                 if self.dry == self.generation:
                     backlog = None  # another worker just found nothing: wait with it
                 else:
                     want = max(1, self.concurrency - self.in_flight)
-                    rows, backlog = await self.store.write(
+                    rows, backlog = await self.writes.write(
                         lambda c: self._claim_tx(c, want)  # noqa: B023
                     )
                     self.queue.extend(rows)
@@ -462,6 +381,7 @@ class JobRun:
                     self.lot.unpark_all()
                     return None
                 if backlog.queued == 0 and self.in_flight == 0:
+                    self.drained = self.generation
                     self.lot.unpark_all()
                     return None
                 if backlog.claimable:
@@ -469,14 +389,13 @@ class JobRun:
                     await trio.lowlevel.checkpoint()
                     continue
             with trio.move_on_after(POLL_S):
-                await self.lot.park()
+                await wake.first(self.lot.park, frontier.wait)
             self.dry = None
 
     def _claim_tx(
         self, conn: Conn, want: int
     ) -> tuple[list[crawlstore.FrontierEntry], _Backlog | None]:
-        if self.lease is not None:
-            self.lease.check(conn)
+        fenced.check(conn, self.lease)
         owner = self.lease is not None
         rows = crawlstore.claim(conn, self.job_id, self.claimant, want, owner=owner)
         if rows:
@@ -553,7 +472,7 @@ class JobRun:
     async def _commit(self, batch: list[Outcome]) -> None:
         at = self.clock_ms()
         try:
-            pendings = await self.store.write(lambda conn: self._commit_tx(conn, batch, at))
+            pendings = await self.writes.write(lambda conn: self._commit_tx(conn, batch, at))
         except (JobFinished, CrawlEnded):
             self.ended = True
             self.work_scope.cancel()
@@ -581,47 +500,13 @@ class JobRun:
 
     def _commit_tx(self, conn: Conn, batch: list[Outcome], at: int) -> list[PendingEvents]:
         """Runs in the store's writer: one transaction for a batch of finished pages."""
-        job_id = self.job_id
-        if self.lease is not None:
-            self.lease.check(conn)
-        if (ending := crawlstore.lock_job(conn, job_id)) is not None:
-            raise CrawlEnded(ending)
-        pendings: list[PendingEvents] = []
-        for outcome in batch:
-            entry = outcome.entry
-            if not crawlstore.held_by(conn, job_id, entry.n, self.claimant):
-                continue  # a redirect target of another page, or claimed again by another
-            if isinstance(outcome, Failed):
-                jobstore.add_error(conn, job_id, code=outcome.code, error=outcome.error,
-                                   url=entry.url, at_ms=at)  # fmt: skip
-                crawlstore.set_state(conn, job_id, entry.n, "failed")
-                continue
-            if outcome.final_key is not None and not crawlstore.claim_target(
-                conn, job_id, outcome.final_key, outcome.document["metadata"]["url"], entry.depth
-            ):
-                crawlstore.set_state(conn, job_id, entry.n, "skipped")
-                continue
-            if outcome.refused is not None:
-                code, reason = outcome.refused
-                jobstore.add_error(conn, job_id, code=code, error=reason, url=entry.url, at_ms=at)
-                crawlstore.set_state(conn, job_id, entry.n, "failed")
-            else:
-                pendings.append(
-                    self.jobs.page_in_tx(conn, job_id, [outcome.document], keep=not self.zdr)
-                )
-                crawlstore.set_state(conn, job_id, entry.n, "done")
-            if outcome.links.candidates:
-                room = self.limit - crawlstore.admitted(conn, job_id)
-                crawlstore.admit(conn, job_id, outcome.links.candidates, int(min(room, 2**62)))
-            self._blocked_in_tx(conn, outcome.links.robots_blocked, at)
-        jobstore.set_total(conn, job_id, crawlstore.admitted(conn, job_id))
-        return pendings
+        return commit_tx(
+            conn, batch, at, job_id=self.job_id, claimant=self.claimant, lease=self.lease,
+            jobs=self.jobs, keep=not self.zdr, limit=self.limit,
+        )  # fmt: skip
 
     def _blocked_in_tx(self, conn: Conn, urls: list[str], at: int = 0) -> None:
-        for url in crawlstore.add_robots_blocked(conn, self.job_id, urls):
-            jobstore.add_error(conn, self.job_id, code=jobstore.ROBOTS_BLOCKED,
-                               error="URL blocked by robots.txt", url=url,
-                               at_ms=at or self.clock_ms())  # fmt: skip
+        blocked_in_tx(conn, self.job_id, urls, at or self.clock_ms())
 
     def status(self) -> dict[str, Any]:
         return {
@@ -631,6 +516,7 @@ class JobRun:
             "in_flight": self.in_flight,
             "fetched": self.fetched,
             "failed": self.failed,
+            "interruptions": self.interruptions,
         }
 
 
@@ -640,43 +526,7 @@ class _Backlog(msgspec.Struct, frozen=True):
     ending: str | None
 
 
-async def apply_end(
-    store: Store, jobs: JobManager, kind: str, job_id: str, status: str, error: str | None
-) -> bool:
-    """Give a crawl whose end this process decided (`crawlstore.conclude`) its final status and
-    terminal event, then drop its frontier and lease row (documents and errors stay). False
-    when the job
-    already had a final status."""
-    try:
-        await jobs.finish(job_id, status, error)  # type: ignore[arg-type]
-    except (JobFinished, JobNotFound):
-        return False
-    crawl_jobs.labels(kind, status).inc()
-    step = functools.partial(crawlstore.purge_frontier, job_id=job_id, chunk=2000)
-    try:
-        while not await store.write(step):
-            pass
-        await store.write(lambda c: cluster_store.drop_leases(c, f"crawl:{job_id}"))
-    except _STORE_FAILURES as exc:
-        log.warning("frontier not purged", job=job_id, error=str(exc))
-    return True
-
-
 def _origin(url: str) -> str:
     parsed = parse_http_url(url)
     assert parsed is not None
     return str(parsed.origin())
-
-
-def new_engine(
-    config: CrawlConfig, resolver: Resolver | None = None, browser: BrowserPool | None = None
-) -> Engine:
-    gate = HostGate(config.per_host_concurrency)
-    return Engine(
-        config=config,
-        fetcher=Fetcher(FetchPolicy.from_config(config), resolver=resolver, gate=gate),
-        gate=gate,
-        fetch_slots=trio.CapacityLimiter(config.concurrency),
-        job_slots=trio.CapacityLimiter(config.max_running_jobs),
-        browser=browser,
-    )

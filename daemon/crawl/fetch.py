@@ -1,5 +1,5 @@
 # Fetching pages for users means fetching URLs chosen by strangers, so every request goes through
-# the webhooks' SSRF guard (daemon/jobs/ssrf.py): the host is resolved once, blocked ranges are
+# the SSRF guard (daemon/net/ssrf.py): the host is resolved once, blocked ranges are
 # refused unless `[crawl] allow_cidrs` allows them, and the connection goes to the vetted address
 # with the original Host header and TLS SNI. httpx never follows redirects itself: each hop is
 # vetted again and the caller's `check_hop` (the crawl scope) re-applied, so a redirect can lead
@@ -16,10 +16,21 @@
 # minute (a crawl asks for the same host thousands of times); the cached addresses are vetted at
 # every use. HostGate spaces requests to one host (per-host concurrency and politeness delay)
 # across every job, on trio's clock.
+#
+# Outbound proxies (`[crawl] proxies`, daemon/crawl/proxies.py): the target is vetted exactly as
+# above FIRST, so a name resolving to a private or metadata address is refused before a proxy
+# sees anything. Then the request goes to the proxy with the vetted NAME (CONNECT host:port for
+# https, absolute-form for http, a SOCKS5 domain-name request): the proxy resolves the name
+# again, which crawld cannot see (docs/how-to/crawl-proxies.md lists what a proxy can still
+# reach). The proxy's own address is the operator's setting and is not vetted. One client per
+# (proxy, TLS verification): httpx keys tunnels by the target's name, so TLS sessions are never
+# shared across names.
+#
+# Around this room: the rules that need no connection (content types scraped, the error codes of
+# a failure) are in fetch_rules.py, the per-host gate in hostgate.py.
 from __future__ import annotations
 
-import math
-import ssl
+import http.cookiejar
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
@@ -32,19 +43,28 @@ import trio
 from prometheus_client import Counter
 
 from daemon.crawl.config import CrawlConfig
-from daemon.jobs.ssrf import (
+from daemon.crawl.fetch_rules import (
+    FetchError,
+    accepted_content_type,
+    http_failure,
+    proxy_failure,
+    shown_url,
+)
+from daemon.crawl.hostgate import HostGate
+from daemon.crawl.proxies import RETRY_STATUSES, Proxies, ProxyServer, Rotation, Upstream
+from daemon.metrics import REGISTRY
+from daemon.net.ssrf import (
     BlockedAddress,
     ResolutionFailed,
     Resolver,
+    Vetted,
     new_client,
     parse_networks,
     pinned_request,
     system_resolver,
     vet_url,
 )
-from daemon.metrics import REGISTRY
 from daemon.net.ttlcache import TtlCache
-from daemon.redact import cap, redact_url
 
 __all__ = [
     "FetchError",
@@ -61,14 +81,9 @@ _CROSS_ORIGIN_DROPPED = frozenset({"authorization", "cookie", "proxy-authorizati
 _CALLER_DROPPED = frozenset(
     {"host", "content-length", "transfer-encoding", "connection", "accept-encoding"}
 )
-_TEXT_TYPES = frozenset(
-    {"application/json", "application/xml", "application/xhtml+xml", "application/rss+xml",
-     "application/pdf"}
-)  # fmt: skip
+_PROXY_DROPPED = frozenset({"proxy-authorization", "proxy-connection"})
 _HTTPS_CLIENTS = 64
 DNS_CACHE_SECONDS = 60.0
-_GATE_PRUNE_AT = 1024
-_GATE_PRUNE_EVERY = 60.0
 _DNS_CACHE_SIZE = 4096
 
 fetches = Counter(
@@ -91,6 +106,9 @@ class FetchPolicy(msgspec.Struct, frozen=True):
     max_bytes: int
     allow_cidrs: tuple[str, ...] = ()
     max_redirects: int = 10
+    proxies: tuple[ProxyServer, ...] = ()
+    stealth_proxies: tuple[ProxyServer, ...] = ()
+    proxy_rotation: Rotation = "per_host"
 
     @classmethod
     def from_config(cls, config: CrawlConfig) -> FetchPolicy:
@@ -100,6 +118,9 @@ class FetchPolicy(msgspec.Struct, frozen=True):
             timeout=float(config.page_timeout),
             max_bytes=config.max_bytes,
             allow_cidrs=tuple(config.allow_cidrs),
+            proxies=tuple(config.proxies),
+            stealth_proxies=tuple(config.stealth_proxies),
+            proxy_rotation=config.proxy_rotation,
         )
 
 
@@ -115,61 +136,10 @@ class FetchResult(msgspec.Struct, frozen=True):
     headers: dict[str, str]
     body: bytes
     redirects: list[str] = []
-
-
-class FetchError(Exception):
-    """A page that could not be fetched. `code` is Firecrawl's error code (SCRAPE_TIMEOUT,
-    SCRAPE_DNS_RESOLUTION_ERROR, SCRAPE_SSL_ERROR, SCRAPE_SITE_ERROR,
-    SCRAPE_UNSUPPORTED_FILE_ERROR, CRAWL_DENIAL); `message` is safe to show the user (URLs in it
-    are redacted); `url` is the URL that was requested."""
-
-    def __init__(self, code: str, message: str, url: str) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.url = url
-
-
-def _shown(url: str) -> str:
-    """A URL as it may appear in an error: credentials and query values masked, cut short."""
-    return cap(redact_url(url))
-
-
-def accepted_content_type(content_type: str) -> bool:
-    """HTML, text/*, JSON, XML and PDF are scraped; other types (images, archives) are not.
-    A missing Content-Type is accepted (the body is sniffed later)."""
-    kind = content_type.split(";", 1)[0].strip().lower()
-    return (
-        not kind
-        or kind.startswith("text/")
-        or kind in _TEXT_TYPES
-        or kind.endswith(("+json", "+xml"))
-    )
-
-
-def _is_tls_error(exc: BaseException) -> bool:
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            return False
-        if isinstance(seen, ssl.SSLError | ssl.CertificateError):
-            return True
-        text = str(seen)
-        if "CERTIFICATE_VERIFY_FAILED" in text or "SSL" in text or "TLS" in text:
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def _failure(exc: httpx.HTTPError, url: str) -> FetchError:
-    shown = _shown(url)
-    if isinstance(exc, httpx.TimeoutException):
-        return FetchError("SCRAPE_TIMEOUT", f"timed out fetching {shown}", url)
-    if _is_tls_error(exc):
-        return FetchError("SCRAPE_SSL_ERROR", f"TLS handshake with {shown} failed: {exc}", url)
-    if isinstance(exc, httpx.ConnectError):
-        return FetchError("SCRAPE_SITE_ERROR", f"cannot connect to {shown}: {exc}", url)
-    return FetchError("SCRAPE_SITE_ERROR", f"error fetching {shown}: {type(exc).__name__}", url)
+    proxy_used: str = "basic"
+    """Firecrawl's `metadata.proxyUsed`: the pool that answered ("basic" or "stealth")."""
+    proxy: str = ""
+    """The name of the upstream proxy that carried the last hop ("" when direct)."""
 
 
 class _Hop(msgspec.Struct, frozen=True):
@@ -196,86 +166,9 @@ class _Budget:
         if scope.cancelled_caught:
             raise FetchError(
                 "SCRAPE_TIMEOUT",
-                f"no complete answer from {_shown(self.url)} within {self.seconds:g} s",
+                f"no complete answer from {shown_url(self.url)} within {self.seconds:g} s",
                 self.url,
             )
-
-
-class _HostState:
-    __slots__ = ("active", "lot", "next_start", "users")
-
-    def __init__(self) -> None:
-        self.active = 0
-        self.users = 0
-        self.next_start = -math.inf
-        self.lot = trio.lowlevel.ParkingLot()
-
-
-class HostGate:
-    """Per-host concurrency and politeness delay, shared by every job of the process.
-
-    `slot(host)` admits at most `per_host` holders at once (fewer if the caller asks for a
-    lower `concurrency`), and with `delay` starts holders at least `delay` seconds apart.
-    `clock` returns seconds on trio's timeline (trio.current_time by default, so tests run it
-    under autojump_clock)."""
-
-    def __init__(self, per_host: int, clock: Callable[[], float] = trio.current_time) -> None:
-        if per_host < 1:
-            raise ValueError("per_host must be at least 1")
-        self.per_host = per_host
-        self._clock = clock
-        self._hosts: dict[str, _HostState] = {}
-        self._prune_at = _GATE_PRUNE_AT
-        self._next_prune = -math.inf
-
-    def active(self, host: str) -> int:
-        state = self._hosts.get(host)
-        return state.active if state else 0
-
-    @asynccontextmanager
-    async def slot(
-        self, host: str, *, concurrency: int | None = None, delay: float | None = None
-    ) -> AsyncIterator[None]:
-        limit = min(self.per_host, concurrency or self.per_host)
-        state = self._hosts.get(host)
-        if state is None:
-            state = self._hosts[host] = _HostState()
-        state.users += 1
-        try:
-            while state.active >= limit:
-                await state.lot.park()
-            state.active += 1
-            try:
-                if delay:
-                    start = max(self._clock(), state.next_start)
-                    state.next_start = start + delay
-                    wait = start - self._clock()
-                    if wait > 0:
-                        await trio.sleep(wait)
-                yield
-            finally:
-                state.active -= 1
-                state.lot.unpark_all()
-        finally:
-            state.users -= 1
-            now = self._clock()
-            if state.users == 0 and state.next_start <= now:
-                del self._hosts[host]
-            kept = len(self._hosts)
-            if kept > self._prune_at or (kept > _GATE_PRUNE_AT and now >= self._next_prune):
-                self._prune(now)
-
-    def _prune(self, now: float) -> None:
-        """Forget idle hosts whose politeness delay has passed (a broad crawl with a delay
-        would otherwise keep one entry per host ever visited)."""
-        for name in [n for n, s in self._hosts.items() if s.users == 0 and s.next_start <= now]:
-            del self._hosts[name]
-        self._prune_at = max(_GATE_PRUNE_AT, 2 * len(self._hosts))
-        self._next_prune = now + _GATE_PRUNE_EVERY
-
-    def __len__(self) -> int:
-        """Hosts the gate currently keeps state for."""
-        return len(self._hosts)
 
 
 class Fetcher:
@@ -287,9 +180,14 @@ class Fetcher:
         *,
         resolver: Resolver | None = None,
         gate: HostGate | None = None,
+        proxies: Proxies | None = None,
     ) -> None:
         self.policy = policy
         self.gate = gate
+        self.proxies = proxies or Proxies.from_servers(
+            policy.proxies, policy.stealth_proxies, policy.proxy_rotation
+        )
+        self._proxied: dict[tuple[str, bool], httpx.AsyncClient] = {}
         self._resolver = resolver or system_resolver
         self._dns: TtlCache[tuple[str, int], list[str]] = TtlCache(
             DNS_CACHE_SECONDS, _DNS_CACHE_SIZE
@@ -324,7 +222,9 @@ class Fetcher:
         except ResolutionFailed as exc:
             raise FetchError("SCRAPE_DNS_RESOLUTION_ERROR", exc.reason, url) from None
         except BlockedAddress as exc:
-            raise FetchError("CRAWL_DENIAL", f"{_shown(url)} refused: {exc.reason}", url) from None
+            raise FetchError(
+                "CRAWL_DENIAL", f"{shown_url(url)} refused: {exc.reason}", url
+            ) from None
 
     def _client(self, scheme: str, host: str, verify: bool) -> httpx.AsyncClient:
         if scheme == "http":
@@ -339,6 +239,20 @@ class Fetcher:
                 self._retired.append(old)
         else:
             self._https.move_to_end(key)
+        return client
+
+    def _proxied_client(self, upstream: Upstream, verify: bool) -> httpx.AsyncClient:
+        key = (upstream.name, verify)
+        client = self._proxied.get(key)
+        if client is None:
+            client = self._proxied[key] = httpx.AsyncClient(
+                proxy=upstream.httpx_proxy(),
+                follow_redirects=False,
+                trust_env=False,
+                verify=verify,
+                limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+                cookies=_no_cookies(),
+            )
         return client
 
     async def _close_retired(self) -> None:
@@ -358,6 +272,7 @@ class Fetcher:
         concurrency: int | None = None,
         delay: float | None = None,
         any_content_type: bool = False,
+        proxy: str | None = None,
     ) -> FetchResult:
         """GET `url`, following up to `max_redirects` redirects by hand.
 
@@ -366,17 +281,24 @@ class Fetcher:
         `timeout` (seconds, the policy's by default) bounds the whole fetch. Bodies over
         `max_bytes` and unsupported content types raise FetchError. With a HostGate, each hop
         holds a slot of its host (`concurrency`, `delay` as HostGate.slot). `any_content_type`
-        lifts the content-type check (gzipped sitemaps)."""
+        lifts the content-type check (gzipped sitemaps). `proxy` is the request's Firecrawl
+        option (basic, stealth, enhanced, auto; see Proxies.attempts): with `auto` and a stealth
+        pool, a 401, 403 or 429 is fetched again through the stealth pool."""
         budget = _Budget(timeout if timeout is not None else self.policy.timeout, url)
+        attempts = self.proxies.attempts(proxy)
         try:
-            result = await self._follow(
-                url,
-                dict(headers or {}),
-                not skip_tls_verification,
-                check_hop,
-                _Hop(concurrency, delay, any_content_type),
-                budget,
-            )
+            for n, pool in enumerate(attempts):
+                result = await self._follow(
+                    url,
+                    dict(headers or {}),
+                    not skip_tls_verification,
+                    check_hop,
+                    _Hop(concurrency, delay, any_content_type),
+                    budget,
+                    pool,
+                )
+                if n + 1 == len(attempts) or result.status_code not in RETRY_STATUSES:
+                    break
         except FetchError as exc:
             fetches.labels(exc.code).inc()
             raise
@@ -392,12 +314,12 @@ class Fetcher:
         check_hop: Callable[[str], str | None] | None,
         hop: _Hop,
         budget: _Budget,
+        pool: str = "basic",
     ) -> FetchResult:
         policy = self.policy
         headers = {"User-Agent": policy.user_agent, "Accept-Encoding": "gzip, deflate"}
-        headers.update(
-            (k, v) for k, v in caller_headers.items() if k.lower() not in _CALLER_DROPPED
-        )
+        dropped = _CALLER_DROPPED | _PROXY_DROPPED if self.proxies.active else _CALLER_DROPPED
+        headers.update((k, v) for k, v in caller_headers.items() if k.lower() not in dropped)
         current = url
         redirects: list[str] = []
         seen: set[str] = set()
@@ -412,38 +334,15 @@ class Fetcher:
                     if name.lower() in _CROSS_ORIGIN_DROPPED:
                         del headers[name]
             previous_host = target.host
-            if check_hop is not None:
-                reason = check_hop(current)
-                if reason is not None:
-                    where = f"redirect to {_shown(current)}" if redirects else "URL"
-                    raise FetchError("CRAWL_DENIAL", f"{where} refused: {reason}", url)
-            try:
-                with budget.spend():
-                    vetted = await vet_url(target, self._allow, resolver=self._resolve)
-            except ResolutionFailed as exc:
-                raise FetchError("SCRAPE_DNS_RESOLUTION_ERROR", exc.reason, url) from None
-            except BlockedAddress as exc:
-                where = f"redirect to {_shown(current)}" if redirects else _shown(current)
-                raise FetchError("CRAWL_DENIAL", f"{where} refused: {exc.reason}", url) from None
-            client = self._client(vetted.scheme, vetted.host, verify)
-            timeouts = httpx.Timeout(policy.timeout, connect=policy.connect_timeout)
-            request = pinned_request(client, target, vetted, None, headers, timeouts, method="GET")
-            self._in_use[id(client)] = self._in_use.get(id(client), 0) + 1
-            try:
-                # Waiting for the host's turn is not the page's time: only the exchange is.
-                async with self._gated(vetted.host, hop.concurrency, hop.delay):
-                    with budget.spend():
-                        result = await self._exchange(
-                            client, request, url, current, redirects, hop.any_content_type
-                        )
-            finally:
-                self._in_use[id(client)] -= 1
-                if not self._in_use[id(client)]:
-                    del self._in_use[id(client)]
-            if self._retired:
-                await self._close_retired()
+            vetted = await self._vet_hop(target, url, current, redirects, check_hop, budget)
+            upstream = self.proxies.pick(pool, vetted.host)
+            result = await self._hop(
+                target, vetted, upstream, headers, verify, url, current, redirects, hop, budget
+            )
             if isinstance(result, FetchResult):
-                return result
+                return msgspec.structs.replace(
+                    result, proxy_used=pool, proxy=upstream.name if upstream else ""
+                )
             redirects.append(current)
             seen.add(current)
             if len(redirects) > policy.max_redirects:
@@ -453,6 +352,69 @@ class Fetcher:
             if result in seen:
                 raise FetchError("SCRAPE_SITE_ERROR", "redirect loop", url)
             current = result
+
+    async def _vet_hop(
+        self,
+        target: httpx.URL,
+        url: str,
+        current: str,
+        redirects: list[str],
+        check_hop: Callable[[str], str | None] | None,
+        budget: _Budget,
+    ) -> Vetted:
+        """The hop to `current` checked by `check_hop` and the SSRF guard, or FetchError."""
+        if check_hop is not None:
+            reason = check_hop(current)
+            if reason is not None:
+                where = f"redirect to {shown_url(current)}" if redirects else "URL"
+                raise FetchError("CRAWL_DENIAL", f"{where} refused: {reason}", url)
+        try:
+            with budget.spend():
+                return await vet_url(target, self._allow, resolver=self._resolve)
+        except ResolutionFailed as exc:
+            raise FetchError("SCRAPE_DNS_RESOLUTION_ERROR", exc.reason, url) from None
+        except BlockedAddress as exc:
+            where = f"redirect to {shown_url(current)}" if redirects else shown_url(current)
+            raise FetchError("CRAWL_DENIAL", f"{where} refused: {exc.reason}", url) from None
+
+    async def _hop(
+        self,
+        target: httpx.URL,
+        vetted: Vetted,
+        upstream: Upstream | None,
+        headers: dict[str, str],
+        verify: bool,
+        url: str,
+        current: str,
+        redirects: list[str],
+        hop: _Hop,
+        budget: _Budget,
+    ) -> FetchResult | str:
+        """One request to the vetted hop, directly (to the vetted address) or through
+        `upstream`: the final FetchResult, or the absolute URL a redirect points to."""
+        timeouts = httpx.Timeout(self.policy.timeout, connect=self.policy.connect_timeout)
+        if upstream is None:
+            client = self._client(vetted.scheme, vetted.host, verify)
+            request = pinned_request(client, target, vetted, None, headers, timeouts, method="GET")
+        else:
+            # The vetted name goes to the proxy, which resolves it itself.
+            client = self._proxied_client(upstream, verify)
+            request = client.build_request("GET", target, headers=headers, timeout=timeouts)
+        self._in_use[id(client)] = self._in_use.get(id(client), 0) + 1
+        try:
+            # Waiting for the host's turn is not the page's time: only the exchange is.
+            async with self._gated(vetted.host, hop.concurrency, hop.delay):
+                with budget.spend():
+                    result = await self._exchange(
+                        client, request, url, current, redirects, hop.any_content_type, upstream
+                    )
+        finally:
+            self._in_use[id(client)] -= 1
+            if not self._in_use[id(client)]:
+                del self._in_use[id(client)]
+        if self._retired:
+            await self._close_retired()
+        return result
 
     @asynccontextmanager
     async def _gated(
@@ -472,12 +434,27 @@ class Fetcher:
         current: str,
         redirects: list[str],
         any_content_type: bool,
+        upstream: Upstream | None = None,
     ) -> FetchResult | str:
         """One hop: the final FetchResult, or the absolute URL a redirect points to."""
         try:
             response = await client.send(request, follow_redirects=False, stream=True)
         except httpx.HTTPError as exc:
-            raise _failure(exc, current) from None
+            if upstream is None:
+                raise http_failure(exc, current) from None
+            error = proxy_failure(exc, current, upstream)
+            self.proxies.count(upstream, error.code)
+            raise error from None
+        if upstream is not None:
+            if response.status_code == 407:  # the proxy's answer to an absolute-form request
+                await response.aclose()
+                self.proxies.count(upstream, "SCRAPE_SITE_ERROR")
+                raise FetchError(
+                    "SCRAPE_SITE_ERROR",
+                    f"proxy {upstream.name} refused the credentials (407) for {shown_url(current)}",
+                    url,
+                )
+            self.proxies.count(upstream, "ok")
         try:
             location = response.headers.get("location")
             if response.status_code in REDIRECT_STATUSES and location:
@@ -525,14 +502,15 @@ class Fetcher:
                 if len(body) > cap:
                     raise too_big
         except httpx.HTTPError as exc:
-            raise _failure(exc, current) from None
+            raise http_failure(exc, current) from None
         return bytes(body)
 
     async def aclose(self) -> None:
         await self._http.aclose()
-        for client in [*self._https.values(), *self._retired]:
+        for client in [*self._https.values(), *self._retired, *self._proxied.values()]:
             await client.aclose()
         self._https.clear()
+        self._proxied.clear()
         self._retired.clear()
 
     async def __aenter__(self) -> Fetcher:
@@ -540,3 +518,7 @@ class Fetcher:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
+
+
+def _no_cookies() -> http.cookiejar.CookieJar:
+    return http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))

@@ -17,6 +17,13 @@ crawl_jobs = Counter(
     ["kind", "status"],
     registry=REGISTRY,
 )
+crawl_interruptions = Counter(
+    "crawld_crawl_interruptions",
+    "Times the work on a crawl or batch job stopped on a store failure or a lost lease and"
+    " started again from what was committed (the job goes on)",
+    ["kind"],
+    registry=REGISTRY,
+)
 scrapes = Counter(
     "crawld_crawl_scrapes",
     "POST /v2/scrape requests by outcome (ok or the Firecrawl error code)",

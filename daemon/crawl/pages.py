@@ -10,25 +10,36 @@
 #   - PDFs (by Content-Type, or by their magic bytes) become text documents (daemon/crawl/pdf.py),
 #     also when the browser was asked for and the URL turned out to be a file.
 #
-# `metadata.engine` says which produced the document: "http", "browser" or "pdf".
+# `metadata.engine` says which produced the document: "http", "browser" or "pdf". Whatever
+# produced it, the LLM formats (json, summary) are added last, from its markdown
+# (daemon/crawl/llm_formats.py), outside the fetch slot, then changeTracking (its snapshot
+# swap, daemon/crawl/tracking_store.py). The document cache (daemon/crawl/cache.py) is asked
+# first and given the finished document last.
 from __future__ import annotations
 
 import contextlib
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
 import trio
 
+from daemon.crawl import cache_rules, llm_formats
 from daemon.crawl import render_rules as rr
 from daemon.crawl.browser import BrowserPool
+from daemon.crawl.cache import Cached, DocumentCache
+from daemon.crawl.cache_rules import CachePlan
 from daemon.crawl.document import DocumentOptions, is_html
 from daemon.crawl.fetch import Fetcher, FetchError, FetchResult, HostGate
-from daemon.crawl.models import ScrapeOptions, document_options
 from daemon.crawl.pdf import PdfError, PdfOptions, is_pdf, pdf_options, pdf_page
+from daemon.crawl.proxies import RETRY_STATUSES
 from daemon.crawl.render import NotRenderable, Rendered, RenderError, RenderSpec, render
+from daemon.crawl.scrape_options import ScrapeOptions, document_options
+from daemon.crawl.tracking import TrackingSpec, tracking_spec
+from daemon.crawl.tracking_store import ChangeTracker
 from daemon.crawl.urls import parse_http_url
 
 __all__ = ["PageMaker", "PagePlan", "Produced", "page_plan"]
@@ -49,17 +60,30 @@ class PagePlan(msgspec.Struct, frozen=True):
     """Why the browser must render (empty: HTTP may do)."""
     spec: RenderSpec
     pdf: PdfOptions
+    proxy: str | None = None
+    """Firecrawl's `proxy` option (daemon/crawl/proxies.py Proxies.attempts)."""
+    llm: llm_formats.LlmPlan | None = None
+    """The json / summary formats (None: neither was asked for)."""
+    cache: CachePlan | None = None
+    """What the document cache may do for these pages (None: nothing)."""
+    tracking: TrackingSpec | None = None
+    """The changeTracking format (None: not asked for)."""
 
     def fetch_kw(self) -> dict[str, Any]:
         return {
             "headers": self.headers,
             "timeout": self.timeout,
             "skip_tls_verification": self.skip_tls_verification,
+            "proxy": self.proxy,
         }
 
 
 def page_plan(
-    options: ScrapeOptions, page_timeout: float, max_screenshot_height: int = 16384
+    options: ScrapeOptions,
+    page_timeout: float,
+    max_screenshot_height: int = 16384,
+    *,
+    zero_data_retention: bool = False,
 ) -> PagePlan:
     """The plan of already validated options (problems were a 400 at the request)."""
     skip_tls = options.skipTlsVerification
@@ -97,6 +121,12 @@ def page_plan(
         forced=tuple(forced),
         spec=spec,
         pdf=pdf_options(options.parsers),
+        proxy=options.proxy,
+        llm=llm_formats.llm_plan(options.formats),
+        cache=cache_rules.cache_plan(
+            msgspec.to_builtins(options), zero_data_retention=zero_data_retention
+        ),
+        tracking=tracking_spec(options.formats, zero_data_retention),
     )
 
 
@@ -106,6 +136,25 @@ class Produced:
     document: dict[str, Any]
     links: list[str]
     engine: str
+
+
+def _from_cache(url: str, page: Cached, created_ms: int) -> Produced:
+    document = page.document
+    metadata = document.setdefault("metadata", {})
+    metadata["scrapeId"] = str(uuid.uuid4())
+    metadata["cacheState"] = "hit"
+    metadata["cachedAt"] = iso_ms(created_ms)
+    result = FetchResult(
+        requested_url=url, url=page.final_url, status_code=page.status_code,
+        content_type=page.content_type, headers={}, body=b"",
+    )  # fmt: skip
+    return Produced(result, document, page.links, page.engine)
+
+
+def iso_ms(ms: int) -> str:
+    """Epoch milliseconds as ISO 8601 UTC with milliseconds (`2026-01-02T03:04:05.678Z`)."""
+    text = datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z")
 
 
 def _host(url: str) -> str:
@@ -125,7 +174,14 @@ class PageMaker:
         render_mode: str = "auto",
         gate: HostGate | None = None,
         cpu: trio.CapacityLimiter | None = None,
+        llm: Any = None,
     ) -> None:
+        self.llm = llm
+        """The daemon's LlmService (daemon/llm/), for the json and summary formats."""
+        self.cache: DocumentCache | None = None
+        """The document cache (set by the crawl service; None: every page is live)."""
+        self.tracker: ChangeTracker | None = None
+        """The changeTracking snapshots (set by the crawl service)."""
         self.fetcher = fetcher
         self.document = document
         self.browser = browser
@@ -144,7 +200,47 @@ class PageMaker:
         delay: float | None = None,
         slot: Any = None,
     ) -> Produced:
-        """The page's document; FetchError with Firecrawl's code when there is none."""
+        """The page's document, with its LLM formats, from the cache when the plan lets it;
+        FetchError with Firecrawl's code when there is none."""
+        cache = plan.cache
+        if cache is not None:
+            hit = await self.cache.lookup(url, cache) if self.cache is not None else None
+            if hit is not None:
+                return _from_cache(url, hit.page, hit.created_ms)
+            if cache.only is not None:
+                raise FetchError(cache.only, cache_rules.MISS_MESSAGES[cache.only], url)
+        produced = await self._produce(url, plan, check_hop, concurrency, delay, slot)
+        if plan.llm is not None:
+            if self.llm is None:
+                from daemon.llm.service import LlmService
+
+                self.llm = LlmService(None)
+            await llm_formats.apply(self.llm, plan.llm, produced.document)
+        if plan.tracking is not None:
+            if self.tracker is None:
+                self.tracker = ChangeTracker(None)
+            await self.tracker.apply(self.llm, plan.tracking, url, produced.document)
+        if cache is not None:
+            storable = cache_rules.storable(produced.result.status_code, produced.document)
+            if self.cache is not None and storable:
+                page = Cached(
+                    document=produced.document, links=produced.links,
+                    final_url=produced.result.url, status_code=produced.result.status_code,
+                    content_type=produced.result.content_type, engine=produced.engine,
+                )  # fmt: skip
+                await self.cache.remember(url, cache, page)
+            produced.document.setdefault("metadata", {})["cacheState"] = "miss"
+        return produced
+
+    async def _produce(
+        self,
+        url: str,
+        plan: PagePlan,
+        check_hop: Callable[[str], str | None] | None,
+        concurrency: int | None,
+        delay: float | None,
+        slot: Any,
+    ) -> Produced:
         slot = slot if slot is not None else contextlib.nullcontext()
         browser = self.browser
         if browser is None and {"actions", "screenshot"} & set(plan.forced):
@@ -207,9 +303,17 @@ class PageMaker:
             if self.gate is not None
             else contextlib.nullcontext()
         )
+        # The same pools as HTTP (Proxies.attempts): `auto` renders again through the stealth
+        # pool after a 401/403/429.
+        attempts = self.fetcher.proxies.attempts(plan.proxy)
         try:
             async with slot, gate:
-                return await render(self.browser, url, plan.spec)
+                for n, pool in enumerate(attempts):
+                    spec = msgspec.structs.replace(plan.spec, stealth=pool == "stealth")
+                    rendered = await render(self.browser, url, spec)
+                    if n + 1 == len(attempts) or rendered.result.status_code not in RETRY_STATUSES:
+                        break
+                return rendered
         except RenderError as exc:
             raise FetchError(exc.code, exc.message, url) from None
 
@@ -225,6 +329,7 @@ class PageMaker:
             raise FetchError("CRAWL_DENIAL", f"the page moved to a refused URL: {reason}", url)
         document, links = await self.document(rendered.result, plan.doc, url)
         document["metadata"]["engine"] = "browser"
+        document["metadata"]["proxyUsed"] = rendered.result.proxy_used
         if rendered.screenshot is not None:
             document["screenshot"] = rendered.screenshot
         if rendered.actions is not None:
@@ -234,6 +339,7 @@ class PageMaker:
     async def _http(self, url: str, result: FetchResult, plan: PagePlan) -> Produced:
         document, links = await self.document(result, plan.doc, url)
         document["metadata"]["engine"] = "http"
+        document["metadata"]["proxyUsed"] = result.proxy_used
         return Produced(result, document, links, "http")
 
     async def _pdf(self, url: str, result: FetchResult, plan: PagePlan) -> Produced:
@@ -249,4 +355,5 @@ class PageMaker:
         except PdfError as exc:
             raise FetchError(exc.code, exc.message, url) from None
         document["metadata"]["engine"] = "pdf"
+        document["metadata"]["proxyUsed"] = result.proxy_used
         return Produced(result, document, [], "pdf")

@@ -2,7 +2,7 @@
 # redirects, WebSockets, service workers and prefetches all open connections, and a request filter
 # inside the browser misses some of them. So Chromium runs with `--proxy-server=socks5://` pointing
 # here (and `<-loopback>` so loopback is not exempt), and this proxy vets every connection with the
-# fetcher's SSRF guard (daemon/jobs/ssrf.py: `vet_url`, `allow_cidrs`) before it opens one.
+# fetcher's SSRF guard (daemon/net/ssrf.py: `vet_url`, `allow_cidrs`) before it opens one.
 #
 # SOCKS5, not an HTTP proxy: Chromium sends the host *name* (it never resolves it itself; the
 # host-resolver rules make sure of that), one SOCKS connection per TCP connection for every scheme
@@ -15,11 +15,17 @@
 # (looked up in /proc/net/tcp by the peer's port) are refused before the handshake, so the proxy
 # is not an outbound relay for other accounts of the machine.
 #
+# With `[crawl] proxies` the vetted connection is not opened directly but through the configured
+# upstream proxy (daemon/crawl/upstream.py: HTTP CONNECT or SOCKS5 with the vetted name), chosen
+# by the same rotation as the fetcher's; `stealth_port` is a second vetting listener whose
+# connections leave through the stealth pool (browser contexts of `proxy: stealth` pages).
+#
 # The pure parts (the SOCKS5 greeting and request, the /proc/net/tcp lookup) are separate from the
 # trio server so they are tested with plain bytes and text.
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import os
 import struct
@@ -29,7 +35,10 @@ from dataclasses import dataclass, field
 import httpx
 import trio
 
-from daemon.jobs.ssrf import (
+from daemon.crawl.proxies import Proxies
+from daemon.crawl.upstream import TunnelFailed, open_tunnel
+from daemon.logs import get_logger
+from daemon.net.ssrf import (
     BlockedAddress,
     Network,
     ResolutionFailed,
@@ -37,7 +46,6 @@ from daemon.jobs.ssrf import (
     parse_networks,
     vet_url,
 )
-from daemon.logs import get_logger
 
 log = get_logger("crawl.proxy")
 
@@ -163,6 +171,9 @@ class VettingProxy:
     connect_timeout: float = 10.0
     port: int = 0
     closed_port: int = 0
+    stealth_port: int = 0
+    upstream: Proxies | None = None
+    """The configured outbound proxies (None or inactive: connect directly)."""
     counts: Counter[str] = field(default_factory=Counter)
     refused: list[str] = field(default_factory=list)
     """The last refused destinations (host:port and why), newest last, for tests and /status."""
@@ -174,10 +185,15 @@ class VettingProxy:
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
         closed = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        stealth = await trio.open_tcp_listeners(0, host="127.0.0.1")
         self.port = listeners[0].socket.getsockname()[1]
         self.closed_port = closed[0].socket.getsockname()[1]
+        self.stealth_port = stealth[0].socket.getsockname()[1]
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trio.serve_listeners, self._serve_closed, closed)
+            nursery.start_soon(
+                trio.serve_listeners, functools.partial(self._serve, pool="stealth"), stealth
+            )
             task_status.started(self.port)
             await trio.serve_listeners(self._serve, listeners, handler_nursery=nursery)
 
@@ -218,7 +234,7 @@ class VettingProxy:
         log.warning("proxy connection from another user refused", uid=uid)
         return True
 
-    async def _serve(self, stream: trio.SocketStream) -> None:
+    async def _serve(self, stream: trio.SocketStream, pool: str = "basic") -> None:
         async with stream:
             if self._foreign(stream):
                 return
@@ -226,7 +242,7 @@ class VettingProxy:
                 self.counts["busy"] += 1
             async with self._limit:
                 try:
-                    upstream = await self._handshake(stream)
+                    upstream = await self._handshake(stream, pool)
                 except SocksError as exc:
                     self.counts["refused"] += 1
                     await _send_quietly(stream, reply(exc.rep))
@@ -239,7 +255,7 @@ class VettingProxy:
                     self.counts["tunnels"] += 1
                     await _pipe(stream, upstream)
 
-    async def _handshake(self, stream: trio.SocketStream) -> trio.SocketStream | None:
+    async def _handshake(self, stream: trio.SocketStream, pool: str) -> trio.abc.Stream | None:
         data = b""
         with trio.move_on_after(HANDSHAKE_SECONDS):
             while (need := parse_greeting(data)) is None or len(data) < need:
@@ -255,7 +271,7 @@ class VettingProxy:
                     return None
                 data += chunk
             request, _ = parsed
-            upstream = await self._connect(request)
+            upstream = await self._connect(request, pool)
             await stream.send_all(reply(REP_OK))
             return upstream
         return None
@@ -267,7 +283,7 @@ class VettingProxy:
         log.info("browser connection refused", target=where, reason=reason)
         return SocksError(rep, reason)
 
-    async def _connect(self, request: SocksRequest) -> trio.SocketStream:
+    async def _connect(self, request: SocksRequest, pool: str = "basic") -> trio.abc.Stream:
         if request.port == 0:
             raise self._refuse(request, REP_NOT_ALLOWED, "port 0")
         try:
@@ -276,8 +292,25 @@ class VettingProxy:
             raise self._refuse(request, REP_HOST_UNREACHABLE, exc.reason) from None
         except BlockedAddress as exc:
             raise self._refuse(request, REP_NOT_ALLOWED, exc.reason) from None
-        if vetted.port == self.port and ipaddress.ip_address(vetted.ip).is_loopback:
+        own = (self.port, self.stealth_port, self.closed_port)
+        if vetted.port in own and ipaddress.ip_address(vetted.ip).is_loopback:
             raise self._refuse(request, REP_NOT_ALLOWED, "the proxy itself")
+        chosen = self.upstream.pick(pool, vetted.host) if self.upstream is not None else None
+        if chosen is not None:
+            assert self.upstream is not None
+            # The vetted name (not the address) goes to the proxy, which resolves it again.
+            try:
+                with trio.fail_after(self.connect_timeout):
+                    tunnel = await open_tunnel(chosen, request.host, request.port)
+            except (TunnelFailed, trio.TooSlowError) as exc:
+                self.counts["connect_failed"] += 1
+                self.upstream.count(chosen, "SCRAPE_SITE_ERROR")
+                reason = exc.reason if isinstance(exc, TunnelFailed) else "timed out"
+                log.info("browser connection through proxy failed", proxy=chosen.name,
+                         reason=reason)  # fmt: skip
+                raise SocksError(REP_REFUSED, reason) from None
+            self.upstream.count(chosen, "ok")
+            return tunnel
         try:
             with trio.fail_after(self.connect_timeout):
                 return await trio.open_tcp_stream(vetted.ip, vetted.port)
@@ -291,12 +324,15 @@ async def _send_quietly(stream: trio.SocketStream, data: bytes) -> None:
         await stream.send_all(data)
 
 
-async def _pipe(a: trio.SocketStream, b: trio.SocketStream) -> None:
-    async def copy(source: trio.SocketStream, sink: trio.SocketStream) -> None:
+async def _pipe(a: trio.abc.Stream, b: trio.abc.Stream) -> None:
+    async def copy(source: trio.abc.Stream, sink: trio.abc.Stream) -> None:
         try:
             while chunk := await source.receive_some(1 << 16):
                 await sink.send_all(chunk)
-            await sink.send_eof()
+            if isinstance(sink, trio.abc.HalfCloseableStream):
+                await sink.send_eof()
+            else:
+                nursery.cancel_scope.cancel()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             nursery.cancel_scope.cancel()
 

@@ -60,6 +60,8 @@ class RenderSpec(msgspec.Struct, frozen=True):
     skip_tls_verification: bool = False
     languages: tuple[str, ...] = ()
     max_screenshot_height: int = 16384
+    stealth: bool = False
+    """Through the stealth proxy pool (BrowserPool.tab)."""
 
 
 @dataclass
@@ -148,7 +150,7 @@ async def render(pool: BrowserPool, url: str, spec: RenderSpec) -> Rendered:
     """Render `url`; RenderError with Firecrawl's code, NotRenderable for non-pages."""
     try:
         with trio.fail_after(spec.timeout):
-            async with pool.tab() as tab:
+            async with pool.tab(stealth=spec.stealth) as tab:
                 return await _render(tab, url, spec)
     except trio.TooSlowError:
         raise RenderError(
@@ -231,6 +233,7 @@ async def _render(tab: Tab, url: str, spec: RenderSpec) -> Rendered:
         content_type=content_type,
         headers=network.headers,
         body=str(html).encode("utf-8"),
+        proxy_used="stealth" if spec.stealth else "basic",
     )
     return Rendered(result, screenshot, results if spec.actions else None)
 

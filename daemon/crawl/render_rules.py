@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 import msgspec
 
+from daemon.crawl.problems import problem
+
 __all__ = [
     "MAX_ACTIONS",
     "Action",
@@ -108,10 +110,6 @@ _BY_TYPE: dict[str, type[Any]] = {
 }  # fmt: skip
 
 
-def _problem(path: str, message: str) -> dict[str, Any]:
-    return {"path": path, "message": message}
-
-
 def parse_actions(
     raw: list[Any] | None, path: str, wait_for: int = 0
 ) -> tuple[list[Action], list[dict[str, Any]]]:
@@ -122,7 +120,7 @@ def parse_actions(
     problems: list[dict[str, Any]] = []
     actions: list[Action] = []
     if len(raw) > MAX_ACTIONS:
-        problems.append(_problem(path, f"Number of actions cannot exceed {MAX_ACTIONS}"))
+        problems.append(problem(path, f"Number of actions cannot exceed {MAX_ACTIONS}"))
     for i, item in enumerate(raw[: MAX_ACTIONS + 1]):
         where = f"{path}[{i}]"
         kind = item.get("type") if isinstance(item, dict) else None
@@ -130,17 +128,17 @@ def parse_actions(
         if cls is None:
             shown = repr(kind)[:40] if kind is not None else "missing"
             problems.append(
-                _problem(f"{where}.type", f"unknown action type {shown}; one of {list(_BY_TYPE)}")
+                problem(f"{where}.type", f"unknown action type {shown}; one of {list(_BY_TYPE)}")
             )
             continue
         try:
             action = msgspec.convert(item, cls)
         except msgspec.ValidationError as exc:
-            problems.append(_problem(where, f"invalid {kind} action: {exc}"))
+            problems.append(problem(where, f"invalid {kind} action: {exc}"))
             continue
         message = _check(action)
         if message:
-            problems.append(_problem(where, f"invalid {kind} action: {message}"))
+            problems.append(problem(where, f"invalid {kind} action: {message}"))
             continue
         actions.append(action)
     total = wait_for + sum(
@@ -150,7 +148,7 @@ def parse_actions(
     )
     if total > MAX_TOTAL_WAIT_MS:
         problems.append(
-            _problem(path, "Total wait time (waitFor + wait actions) cannot exceed 60 seconds")
+            problem(path, "Total wait time (waitFor + wait actions) cannot exceed 60 seconds")
         )
     return actions, problems
 
@@ -216,7 +214,7 @@ def screenshot_spec(
             extra = set(fmt) - {"type", "fullPage", "quality", "viewport"}
             where = f"{path}.formats[{i}]"
             if extra:
-                problems.append(_problem(f"{where}.{sorted(extra)[0]}", "unrecognized key"))
+                problems.append(problem(f"{where}.{sorted(extra)[0]}", "unrecognized key"))
                 continue
             full, quality, viewport = (
                 fmt.get("fullPage", False),
@@ -224,10 +222,10 @@ def screenshot_spec(
                 fmt.get("viewport"),
             )
             if not isinstance(full, bool):
-                problems.append(_problem(f"{where}.fullPage", "a boolean"))
+                problems.append(problem(f"{where}.fullPage", "a boolean"))
                 continue
             if quality is not None and (type(quality) is not int or not 1 <= quality <= 100):
-                problems.append(_problem(f"{where}.quality", "an integer between 1 and 100"))
+                problems.append(problem(f"{where}.quality", "an integer between 1 and 100"))
                 continue
             size = None
             if viewport is not None:
@@ -237,12 +235,12 @@ def screenshot_spec(
                     else "an object {width, height}"
                 )
                 if message:
-                    problems.append(_problem(f"{where}.viewport", message))
+                    problems.append(problem(f"{where}.viewport", message))
                     continue
                 size = (int(viewport["width"]), int(viewport["height"]))
             found.append(ScreenshotSpec(full_page=full, quality=quality, viewport=size))
     if len(found) > 1:
-        problems.append(_problem(f"{path}.formats", "You may only specify one screenshot format"))
+        problems.append(problem(f"{path}.formats", "You may only specify one screenshot format"))
     return (found[0] if found else None), problems
 
 

@@ -21,24 +21,29 @@ from daemon.cluster import Cluster
 from daemon.crawl import store as crawlstore
 from daemon.crawl.batch import batch_candidates
 from daemon.crawl.browser import BrowserPool
+from daemon.crawl.cache import DocumentCache
 from daemon.crawl.config import CrawlConfig
-from daemon.crawl.crawler import Engine, JobRun, apply_end, new_engine
+from daemon.crawl.crawler import JobRun
+from daemon.crawl.ending import apply_end
+from daemon.crawl.engine import CrawlWrites, Engine, new_engine
 from daemon.crawl.fetch import Resolver
 from daemon.crawl.mapper import map_site
 from daemon.crawl.models import BatchPlan, CrawlPlan, MapRequest, ScrapeRequest
 from daemon.crawl.proxy import VettingProxy
+from daemon.crawl.tracking_store import ChangeTracker
 from daemon.jobs import store as jobstore
 from daemon.jobs.manager import JobManager
 from daemon.jobs.store import JobFinished, JobNotFound
 from daemon.logs import get_logger
-from daemon.store import DB_ERRORS, Conn, Store, StoreClosed
+from daemon.store import DB_ERRORS, Conn, Store, StoreClosed, wake
 
 log = get_logger("crawl")
 
 _encode = msgspec.json.Encoder().encode
-SCAN_S = 0.2
-"""How often the running jobs are looked for (those created elsewhere start within this): one
-read of their ids, a short crawl's pages are spread over the instances this much sooner."""
+SCAN_S = 5.0
+"""How often the running jobs are looked for without a wake-up: a job's creation wakes the scan
+of every instance (daemon/store/wake.py CRAWLS), so one created elsewhere starts here at once;
+this is the safety net."""
 
 
 class CrawlService:
@@ -51,12 +56,16 @@ class CrawlService:
         resolver: Resolver | None = None,
         clock_ms: EpochClock = wall_ms,
         cluster: Cluster | None = None,
+        llm: Any = None,
     ) -> None:
         self.config = config
+        self.llm = llm
+        """The daemon's LlmService (daemon.llm), serving the json and summary formats."""
         self.cluster = cluster
         self.claimant = cluster.claimant if cluster is not None else f"local/{uuid.uuid4().hex[:8]}"
         """Stamped on the frontier rows this process claims."""
         self.store = store
+        self.writes = CrawlWrites(store)
         self.jobs = jobs
         self.clock_ms = clock_ms
         self.resolver = resolver
@@ -70,14 +79,26 @@ class CrawlService:
             )
             proxy = self.proxy
             self.browser = BrowserPool(
-                config.browser, lambda: proxy.port, lambda: proxy.closed_port
-            )
-        self.engine = new_engine(config, resolver, self.browser)
+                config.browser, lambda: proxy.port, lambda: proxy.closed_port,
+                stealth_port=lambda: proxy.stealth_port,
+            )  # fmt: skip
+        self.cache = DocumentCache(config.cache, store, clock_ms)
+        self.engine = new_engine(config, resolver, self.browser, llm)
+        self.tracker = ChangeTracker(store, clock_ms)
+        self.engine.maker.cache = self.cache
+        self.engine.maker.tracker = self.tracker
+        if self.proxy is not None:  # the browser leaves through the fetcher's proxies
+            self.proxy.upstream = self.engine.fetcher.proxies
         self._engines: list[Engine] = [self.engine]
         self.runs: dict[str, JobRun] = {}
         self._nursery: trio.Nursery | None = None
         self._create_lock = trio.Lock()
         self.waiting: set[str] = set()
+
+    @property
+    def stealth_proxies(self) -> bool:
+        """`[crawl] stealth_proxies` is configured (proxy: stealth/enhanced are honoured)."""
+        return self.engine.fetcher.proxies.stealth is not None
 
     # -- configuration ---------------------------------------------------------------------
 
@@ -88,8 +109,13 @@ class CrawlService:
             self.resolver = resolver
             if self.proxy is not None:
                 self.proxy.resolver = resolver
-        self.engine = new_engine(config, self.resolver, self.browser)
+        self.cache.configure(config.cache)
+        self.engine = new_engine(config, self.resolver, self.browser, self.llm)
+        self.engine.maker.cache = self.cache
+        self.engine.maker.tracker = self.tracker
         self._engines.append(self.engine)
+        if self.proxy is not None:
+            self.proxy.upstream = self.engine.fetcher.proxies
 
     # -- running ---------------------------------------------------------------------------
 
@@ -101,11 +127,15 @@ class CrawlService:
                 if self.proxy is not None and self.browser is not None:
                     await nursery.start(self.proxy.run)
                     await nursery.start(self.browser.run)
+                wakeups = self.store.wakeups
+                created = wakeups.event(wake.CRAWLS)  # taken before each look
                 if found := await self._scan():
                     log.info("working on running crawl jobs", jobs=found)
                 task_status.started()
                 while True:
-                    await trio.sleep(SCAN_S)
+                    with trio.move_on_after(SCAN_S):
+                        await created.wait()
+                    created = wakeups.event(wake.CRAWLS)
                     with contextlib.suppress(*DB_ERRORS):
                         await self._scan()
         finally:
@@ -138,7 +168,7 @@ class CrawlService:
             return
         try:
             run = JobRun(self.engine, self.store, self.jobs, row, self.clock_ms, self.cluster,
-                         self.claimant)  # fmt: skip
+                         self.claimant, self.writes)  # fmt: skip
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             log.error("crawl job plan unreadable; failing the job", job=row.job_id, error=str(exc))
             self._nursery.start_soon(self._fail, row.job_id, "internal error: unreadable plan")
@@ -155,6 +185,10 @@ class CrawlService:
             await run.run()
         except StoreClosed:
             pass
+        except DB_ERRORS as exc:
+            # The job stays `scraping`: the next scan that reaches the store works on it again.
+            log.warning("crawl job interrupted by the store; the next scan resumes it",
+                        job=run.job_id, error=f"{type(exc).__name__}: {exc}")  # fmt: skip
         finally:
             self.runs.pop(run.job_id, None)
 
@@ -228,7 +262,7 @@ class CrawlService:
             crawlstore.admit(conn, job_id, batch_candidates(urls, offset), len(urls))
             jobstore.set_total(conn, job_id, crawlstore.admitted(conn, job_id))
 
-        await self.store.write(tx)
+        await self.writes.write(tx)
         run = self.runs.get(job_id)
         if run is not None:
             run.wake()
@@ -241,7 +275,9 @@ class CrawlService:
         with Firecrawl's code when it cannot be fetched."""
         engine = self.engine
         produced = await engine.maker.produce(
-            request.url, engine.plan(request.options), slot=engine.fetch_slots
+            request.url,
+            engine.plan(request.options, zero_data_retention=request.zeroDataRetention),
+            slot=engine.fetch_slots,
         )
         engine.last_success_ms = self.clock_ms()
         return produced.document
@@ -266,7 +302,7 @@ class CrawlService:
         record = await self.jobs.get_job(job_id)
         if record is None or record.finished:
             return False
-        decided = await self.store.write(
+        decided = await self.writes.write(
             lambda c: crawlstore.conclude(c, job_id, self.claimant, "cancelled")
         )
         if decided is None:
@@ -315,6 +351,9 @@ class CrawlService:
             "renders": dict(engine.maker.renders),
             "browser": self.browser.status() if self.browser is not None else None,
             "browser_proxy": dict(self.proxy.counts) if self.proxy is not None else None,
+            "cache": await self.cache.status(),
+            "change_tracking": dict(self.tracker.counts),
+            "proxies": engine.fetcher.proxies.status(),
         }
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from daemon.cluster import LIVE_CLAIMANTS
-from daemon.store import Conn, one
+from daemon.store import Conn, one, wake
 
 
 class FrontierEntry(msgspec.Struct, frozen=True, array_like=True):
@@ -46,6 +46,7 @@ def insert_job(conn: Conn, job_id: str, kind: str, url: str, plan: bytes) -> Non
         "INSERT INTO crawl_jobs(job_id, kind, url, plan) VALUES (?, ?, ?, ?)",
         (job_id, kind, url, plan),
     )
+    wake.notify(conn, wake.CRAWLS)  # every instance joins it at once
 
 
 def get_job(conn: Conn, job_id: str) -> CrawlJobRow | None:
@@ -141,6 +142,8 @@ def admit(
             if len(out) >= room:
                 break
     _count(conn, job_id, len(out))
+    if out:
+        wake.notify(conn, wake.FRONTIER, job_id)
     return out
 
 
@@ -261,6 +264,7 @@ def release_claims(conn: Conn, job_id: str, claimant: str) -> None:
         " AND state = 'queued'",
         (job_id, claimant),
     )
+    wake.notify(conn, wake.FRONTIER, job_id)
 
 
 def lock_job(conn: Conn, job_id: str) -> str | None:
@@ -290,6 +294,7 @@ def conclude(conn: Conn, job_id: str, claimant: str, ending: str) -> str | None:
         " RETURNING ending",
         (job_id, ending, claimant),
     ).fetchone()
+    wake.notify(conn, wake.FRONTIER, job_id)  # its end is decided, or it goes on elsewhere
     return None if row is None else str(row[0])
 
 

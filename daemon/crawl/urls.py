@@ -183,6 +183,8 @@ class CrawlScope(msgspec.Struct, frozen=True):
     crawl_entire_domain: bool = False
     allow_subdomains: bool = False
     allow_external_links: bool = False
+    max_url_depth: int | None = None
+    """v1's maxDepth: most path segments a followed URL may have (None: no limit)."""
 
     def is_internal(self, url: str) -> bool:
         """Same host as the start URL, ignoring a leading `www.`."""
@@ -225,6 +227,10 @@ class CrawlScope(msgspec.Struct, frozen=True):
             external = True
         else:
             return "outside the crawl's domain"
+        if self.max_url_depth is not None and (
+            len([s for s in parsed.raw_path.split("/") if s]) > self.max_url_depth
+        ):
+            return "URL depth exceeds the specified maxDepth"
         target = str(parsed) if self.regex_on_full_url else parsed.raw_path
         for pattern in _compiled(self.exclude_paths, "excludePaths"):
             if pattern.search(target):

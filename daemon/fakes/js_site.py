@@ -14,6 +14,8 @@
 #   /js/noscript         a <noscript> asking for JavaScript, content built by a script
 #   /js/hang             a script that never yields (a hung page)
 #   /js/bench/{i}        the benchmark's script-built page i
+#   /js/glyph/{hex}      one character (code point {hex}) drawn 240 px high, lang zh-CN: a
+#                        screenshot tells a real glyph from a font's missing-glyph box (tofu)
 from __future__ import annotations
 
 import msgspec
@@ -45,6 +47,8 @@ def page(path: str) -> tuple[str, str] | None:
         return _app(), "text/html; charset=utf-8"
     if rest.startswith("bench/") and rest[6:].isdigit():
         return _bench(int(rest[6:])), "text/html; charset=utf-8"
+    if rest.startswith("glyph/") and _glyph_code(rest[6:]) is not None:
+        return _glyph(_glyph_code(rest[6:]) or 0), "text/html; charset=utf-8"
     return None
 
 
@@ -172,3 +176,20 @@ _PAGES = {
     "noscript": _noscript,
     "hang": _hang,
 }
+
+
+def _glyph_code(text: str) -> int | None:
+    try:
+        code = int(text, 16)
+    except ValueError:
+        return None
+    return code if 0x20 < code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF else None
+
+
+def _glyph(code: int) -> str:
+    return (
+        '<!doctype html><html lang="zh-CN"><head><meta charset="utf-8"><title>Glyph</title>'
+        "<style>html,body{margin:0;background:#fff}"
+        "#g{font:240px/1 sans-serif;color:#000;padding:20px}</style></head>"
+        f'<body><div id="g">&#x{code:x};</div></body></html>'
+    )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import sys
 import time
 from collections import deque
@@ -153,6 +154,19 @@ class DieRequest(msgspec.Struct, forbid_unknown_fields=True):
     seconds: float
 
 
+def _hold_port(host: str, port: int) -> socket.socket | None:
+    """A socket bound to (host, port) that does not listen: connections to the port are
+    refused, and the port is not handed to another socket binding port 0."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
 class WebhookReceiver:
     """A recording webhook endpoint with scripted faults.
 
@@ -186,6 +200,7 @@ class WebhookReceiver:
         self._changed = trio.Event()
         self._stop = trio.Event()
         self._server: _Server | None = None
+        self._placeholder: socket.socket | None = None
         self._nursery: trio.Nursery | None = None
         self.app = self._build_app()
 
@@ -205,6 +220,7 @@ class WebhookReceiver:
         finally:
             self._nursery = None
             self._server = None
+            self._release_port()
             self._touch()
 
     def stop(self) -> None:
@@ -223,19 +239,28 @@ class WebhookReceiver:
         return f"http://{self.netloc}{path}"
 
     async def die(self) -> None:
-        """Stop listening and drop every open connection (in-flight requests get no answer)."""
+        """Stop listening and drop every open connection (in-flight requests get no answer).
+        The port stays bound without listening (a connection is refused) until `revive`, so
+        no other server started meanwhile on this machine takes it."""
         server, self._server = self._server, None
         if server is not None:
             server.scope.cancel()
             await server.done.wait()
+            self._placeholder = _hold_port(self.host, self.port)
 
     async def revive(self) -> None:
         """Listen again on the same host and port."""
         if self._nursery is None:
             raise RuntimeError("the receiver is not running")
         if self._server is None:
+            self._release_port()
             await self._nursery.start(self._serve, self.netloc)
             self._touch()
+
+    def _release_port(self) -> None:
+        placeholder, self._placeholder = self._placeholder, None
+        if placeholder is not None:
+            placeholder.close()
 
     async def die_for(self, seconds: float) -> None:
         await self.die()

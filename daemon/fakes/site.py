@@ -21,7 +21,8 @@
 #   /redirect/metadata     -> http://169.254.169.254/latest/meta-data/ (must be refused)
 #   /redirect/out          -> http://other.test/landing (out of scope)
 #   /redirect/www          -> http://www.site.test:PORT/pages/1
-#   /status/404, /status/500, /slow (answers after `slow_seconds`), /large (`large_bytes`)
+#   /status/403 (not linked), /status/404, /status/500, /slow (answers after `slow_seconds`),
+#   /large (`large_bytes`)
 #   /files/doc.pdf, /files/image.png, /files/data.json, /files/notes.txt
 #   /rich                  nav, footer, article, code, table, base64 image, og/meta tags
 #   /js/...                script-built pages for rendering (daemon/fakes/js_site.py)
@@ -50,8 +51,8 @@ from starlette.routing import Route
 
 from daemon.api.server import serve_app
 from daemon.fakes import js_site
-from daemon.jobs.ssrf import Resolver
 from daemon.logs import get_logger, setup_logging
+from daemon.net.ssrf import Resolver
 
 log = get_logger("fakes.site")
 
@@ -194,6 +195,7 @@ class SiteSim:
             "/private/allowed": lambda: _html(_page("Allowed", "<p>explicitly allowed</p>")),
             "/script.cgi": lambda: _html(_page("CGI", "<p>cgi output</p>")),
             "/agent-test/page": lambda: _html(_page("Agent", "<p>blocked for * only</p>")),
+            "/status/403": lambda: _html(_page("Forbidden", "<p>blocked</p>"), 403),
             "/status/404": lambda: _html(_page("Not found", "<p>no such page</p>"), 404),
             "/status/500": lambda: _html(_page("Error", "<p>server error</p>"), 500),
             "/large": lambda: _html("<p>" + "x" * self.large_bytes + "</p>"),

@@ -9,7 +9,8 @@ import trio
 
 from daemon import config
 from daemon.jobs.manager import JobManager
-from daemon.runtime import Daemon
+from daemon.process import Daemon
+from daemon.settings import Config
 
 
 def install(daemon: Daemon) -> None:
@@ -39,5 +40,5 @@ def install(daemon: Daemon) -> None:
     daemon.reload_hooks.append(manager.on_reload)
 
 
-def check_secrets(cfg: config.Config) -> None:
+def check_secrets(cfg: Config) -> None:
     config.webhook_secret(cfg.webhooks)

@@ -21,6 +21,8 @@ EventName = Literal["started", "page", "completed", "failed"]
 EVENT_NAMES: tuple[EventName, ...] = ("started", "page", "completed", "failed")
 TERMINAL_NAMES: frozenset[str] = frozenset({"completed", "failed"})
 CANCELLED_ERROR = "cancelled"
+CANCELLED_BY_USER = "cancelled by a user (DELETE /v2/crawl/{id})"
+"""The stored error of a job a user cancelled (its webhook still says `CANCELLED_ERROR`)."""
 WEBHOOK_FAILED = "WEBHOOK_FAILED"
 """The job error code of an undelivered event (with `undelivered_error` as its text)."""
 

@@ -1,99 +1,52 @@
-# The jobs part's one object: producers (the collector, later Firecrawl-style crawls) create jobs,
-# report pages, errors and the final status through it; the API reads jobs through it; it runs a
-# drainer per job with a webhook.
-#
-# Why events are issued where they are: a job's state change and the event announcing it commit
-# in ONE store transaction (`page_in_tx` runs inside the collector's own window transaction), so
-# whatever a webhook points to is readable before it is sent, and a crash can lose neither. The
-# seq comes from the job row in that transaction (`jobstore.issue_seq`), so the store's single
-# writer is the lock that makes queue order = seq order = delivery order, and a rolled-back
-# transaction leaves no gap. `after_commit` then wakes the drainer, or (memory mode, degraded
-# jobs) puts the numbered event in the job's bounded memory queue, waiting while it is full.
+# The jobs part's one object: producers (the collector, Firecrawl-style crawls and extracts)
+# create jobs, report pages, errors and the final status through it; the API reads jobs through
+# it; it runs a drainer per job with a webhook.
 #
 # Contract for producers: one producer per job at a time, and `after_commit(pending)` is awaited
 # before that job's next event is issued. The manager's own methods hold the job's lock.
 #
-# Cluster mode (`cluster` given): a job's drainer runs under the lease `webhook:<job id>` (the
-# instance creating the job tries first); every instance scans each poll for jobs with undelivered
-# events whose lease is free (the owner died or let go) and takes up to its fair share of them
-# (spread.py), continuing after the ack cursor. Expiry runs on one instance (`jobs:expiry`).
-#
-# Store failures: if one of the manager's own writes raises DB_ERRORS the job degrades: its
-# later events are numbered in memory (after the highest seq it knows) and go to the memory
-# queue; `finish` keeps the final status in memory and the cleanup loop retries saving it.
+# Its rooms, one job each: records.py (reads), numbering.py (events issued in the producer's
+# transaction), degraded.py (store failures), scan.py (cluster mode: taking over drainers),
+# expiry.py (deleting expired jobs); this module keeps the producers' calls and the drainers'
+# lifecycle. The webhook gauges are in webhook_metrics.py.
 from __future__ import annotations
 
 import contextlib
-import functools
 import random
 import uuid
-import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal
 
 import httpx
-import msgspec
 import trio
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from daemon import config
-from daemon import outbox as outbox_mod
 from daemon.cluster import Cluster, Lease, LeaseLost
-from daemon.cluster import rules as cluster_rules
-from daemon.cluster import store as cluster_store
-from daemon.config import JobsConfig, WebhookFields, WebhooksConfig, WebhookSpec
-from daemon.jobs import events, spread
+from daemon.config import JobsConfig, WebhooksConfig, WebhookSpec
+from daemon.jobs import events, webhook_metrics
 from daemon.jobs import store as jobstore
-from daemon.jobs.drainer import (
-    EVENTS,
-    Deliverer,
-    DeliverySettings,
-    JobDrainer,
-    JobState,
-)
-from daemon.jobs.store import JobError, JobFinished, JobNotFound, JobRecord
+from daemon.jobs.degraded import DegradedMode, UnsavedFinish
+from daemon.jobs.delivery import Deliverer, DeliverySettings
+from daemon.jobs.drainer import JobDrainer
+from daemon.jobs.expiry import Expiry
+from daemon.jobs.jobstate import JobState
+from daemon.jobs.numbering import EventNumbering, PendingEvents, seq_of
+from daemon.jobs.records import JobReads
+from daemon.jobs.scan import ClusterScan
+from daemon.jobs.types import JobFinished, JobNotFound, JobRecord
 from daemon.logs import get_logger
-from daemon.metrics import REGISTRY
-from daemon.outbox import MemoryStream, NewItem, Outbox, now_ms
+from daemon.outbox import Outbox, now_ms
 from daemon.store import DB_ERRORS, Conn, Store, StoreClosed
 from daemon.supervise import ComponentState, GaveUp, supervise
+
+__all__ = ["JobManager", "PendingEvents", "running"]
 
 log = get_logger("jobs")
 
 FinalStatus = Literal["completed", "failed", "cancelled"]
-DELETE_CHUNK = 2000
-EXPIRY_LEASE = "jobs:expiry"
 
 
-@dataclass
-class PendingEvents:
-    """What a transaction issued for a job; pass it to `after_commit` once it committed."""
-
-    job_id: str
-    durable: list[NewItem] = field(default_factory=list)
-    """Events appended to the job's outbox stream in the transaction."""
-    memory: list[NewItem] = field(default_factory=list)
-    """Numbered events for the job's memory queue, in seq order."""
-    terminal: bool = False
-    degraded: bool = False
-    first_row: int | None = None
-    """`n` of the first job row the transaction stored (`page_in_tx`), None when none was kept."""
-
-
-class _UnsavedFinish(msgspec.Struct, frozen=True):
-    status: str
-    error: str | None
-    at_ms: int
-    expires_ms: int
-
-
-def _seq(item: NewItem) -> int:
-    return int(item.meta["seq"])
-
-
-class JobManager:
+class JobManager(JobReads, EventNumbering, DegradedMode, ClusterScan, Expiry):
     """Jobs in the store, their webhook events and the drainers that deliver them."""
 
     def __init__(
@@ -116,13 +69,13 @@ class JobManager:
         self.clock_ms = clock_ms
         self.deliverer = Deliverer(DeliverySettings.from_config(webhooks), transport, rng)
         self._active: dict[str, JobState] = {}
-        self._unsaved: dict[str, _UnsavedFinish] = {}
+        self._unsaved: dict[str, UnsavedFinish] = {}
         self._nursery: trio.Nursery | None = None
         self._stopping = False
         self._push_scopes: set[trio.CancelScope] = set()
-        _LIVE.add(self)
-
-    # -- configuration ---------------------------------------------------------------------
+        self._backlog_seen = True
+        """The last cluster scan found undelivered events (it looks again within a tick)."""
+        webhook_metrics.LIVE.add(self)
 
     def configure(self, jobs: JobsConfig, webhooks: WebhooksConfig) -> None:
         """New settings: delivery settings apply from the next attempt, jobs settings to jobs
@@ -131,7 +84,7 @@ class JobManager:
         self.jobs_cfg = jobs
 
     async def on_reload(
-        self, old: config.Config, new: config.Config, change: config.ConfigDiff
+        self, old: config.CoreConfig, new: config.CoreConfig, change: config.ConfigDiff
     ) -> None:
         if {"jobs", "webhooks"} & set(change.sections_changed):
             self.configure(new.jobs, new.webhooks)
@@ -140,8 +93,6 @@ class JobManager:
     @property
     def ttl_ms(self) -> int:
         return int(self.jobs_cfg.ttl * 1000)
-
-    # -- producers -------------------------------------------------------------------------
 
     async def create_job(
         self,
@@ -227,7 +178,7 @@ class JobManager:
                 return
             job = await self._job_state(pending.job_id, allow_finished=True)
         if pending.durable:
-            job.last_seq = max(job.last_seq, *(_seq(i) for i in pending.durable))
+            job.last_seq = max(job.last_seq, *(seq_of(i) for i in pending.durable))
             job.pending += len(pending.durable)
             if job.disk_closed:
                 # The drainer no longer reads the outbox (the store failed under it): send these
@@ -235,7 +186,7 @@ class JobManager:
                 for item in pending.durable:
                     await self._push_memory(job, item, degraded=True, count=False)
         for item in pending.memory:
-            job.last_seq = max(job.last_seq, _seq(item))
+            job.last_seq = max(job.last_seq, seq_of(item))
             job.pending += 1
             await self._push_memory(job, item, degraded=pending.degraded)
         if pending.terminal:
@@ -254,19 +205,37 @@ class JobManager:
         job = await self._job_state(job_id)
         async with job.lock:
             stored = True
-            try:
-                pending = await self.store.write(
-                    lambda c: self.page_in_tx(c, job_id, rows, total=total)
-                )
-            except DB_ERRORS as exc:
-                stored = False
-                pending = self._degraded_event(job, "page", rows, None, exc)
+            before = job.last_seq
+            settle = self._settles(job, events.event_type(job.kind, "page"))
+            while True:
+                try:
+                    pending = await self.store.write(
+                        lambda c: self.page_in_tx(c, job_id, rows, total=total)
+                    )
+                except DB_ERRORS as exc:
+                    if settle and self.store.backend.retryable(exc, False):
+                        settled = await self._settle(job, exc, lambda r: r.last_seq > before)
+                        if settled is None:
+                            continue  # it did not commit: the store answers again, retry
+                        pending = settled
+                        break
+                    stored = False
+                    pending = self._degraded_event(job, "page", rows, None, exc)
+                break
             await self.after_commit(pending)
         return stored
 
-    async def finish(self, job_id: str, status: FinalStatus, error: str | None = None) -> None:
+    async def finish(
+        self,
+        job_id: str,
+        status: FinalStatus,
+        error: str | None = None,
+        *,
+        data: list[Any] | None = None,
+    ) -> None:
         """Give the job its final status and issue its one terminal event (`completed`, or
-        `failed` with the error; `cancelled` sends `failed` with error "cancelled")."""
+        `failed` with the error; `cancelled` sends `failed` with error "cancelled"), whose
+        `data` is `data` (default `[]`; an extract job's result)."""
         name, reason = events.terminal_for_status(status, error)
         job = await self._job_state(job_id)
         async with job.lock:
@@ -277,18 +246,29 @@ class JobManager:
             def tx(conn: Conn) -> PendingEvents:
                 record = jobstore.require_running(conn, job_id)
                 pending = PendingEvents(job_id, terminal=True)
-                self._event_in_tx(conn, record, name, [], reason, pending)
+                self._event_in_tx(conn, record, name, data or [], reason, pending)
                 jobstore.set_finished(conn, job_id, status, saved_error, at, expires)
                 return pending
 
             if job_id in self._unsaved:
                 raise JobFinished(job_id, self._unsaved[job_id].status)
-            try:
-                pending = await self.store.write(tx)
-            except DB_ERRORS as exc:
-                pending = self._degraded_event(job, name, [], reason, exc, terminal=True)
-                self._unsaved[job_id] = _UnsavedFinish(status, saved_error, at, expires)
-                log.error("could not save the job's final status; will retry", job=job_id)
+            settle = self._settles(job, None)
+            while True:
+                try:
+                    pending = await self.store.write(tx)
+                except DB_ERRORS as exc:
+                    if settle and self.store.backend.retryable(exc, False):
+                        settled = await self._settle(job, exc, lambda r: r.finished)
+                        if settled is None:
+                            continue
+                        pending = settled
+                        break
+                    pending = self._degraded_event(
+                        job, name, data or [], reason, exc, terminal=True
+                    )
+                    self._unsaved[job_id] = UnsavedFinish(status, saved_error, at, expires)
+                    log.error("could not save the job's final status; will retry", job=job_id)
+                break
             await self.after_commit(pending)
         log.info("job finished", job=job_id, status=status, error=error)
 
@@ -339,41 +319,7 @@ class JobManager:
             job.cancel.set()
             log.info("job cancel requested", job=job_id)
             return
-        await self.finish(job_id, "cancelled")
-
-    # -- readers ---------------------------------------------------------------------------
-
-    async def get_job(self, job_id: str) -> JobRecord | None:
-        """The job as stored (with a final status not yet saved), or None (unknown or expired)."""
-        record = await self.store.read(lambda c: jobstore.get_job(c, job_id))
-        if record is None:
-            return None
-        unsaved = self._unsaved.get(job_id)
-        if unsaved is not None and not record.finished:
-            record = msgspec.structs.replace(
-                record,
-                status=unsaved.status,
-                error=unsaved.error,
-                completed_ms=unsaved.at_ms,
-                expires_ms=unsaved.expires_ms,
-                terminated=True,
-            )
-        if record.finished and record.expires_ms <= self.clock_ms():
-            return None
-        return record
-
-    async def job_rows(
-        self, job_id: str, skip: int, limit: int, max_bytes: int
-    ) -> tuple[list[bytes], bool]:
-        return await self.store.read(
-            lambda c: jobstore.read_rows(c, job_id, skip, limit, max_bytes)
-        )
-
-    async def has_error_code(self, job_id: str, code: str) -> bool:
-        return await self.store.read(lambda c: jobstore.has_error_code(c, job_id, code))
-
-    async def job_errors(self, job_id: str) -> list[JobError]:
-        return await self.store.read(lambda c: jobstore.list_errors(c, job_id))
+        await self.finish(job_id, "cancelled", events.CANCELLED_BY_USER)
 
     async def wait_drained(self, job_id: str) -> None:
         """Return once the job's drainer (if any) has finished."""
@@ -388,6 +334,11 @@ class JobManager:
         shared: dict[str, Any] = {}
         if self.cluster is not None and self.cluster.multi:
             shared = {"cluster": await self.cluster_status(self.cluster)}
+        if self.jobs_cfg.store:
+            try:
+                shared["retrying"] = await self.retrying()
+            except DB_ERRORS as exc:
+                shared["retrying"] = {"error": f"the store did not answer: {type(exc).__name__}"}
         return {
             **shared,
             "store": self.jobs_cfg.store,
@@ -404,24 +355,6 @@ class JobManager:
                 o: self.deliverer.outcomes[o] for o in ("delivered", "failed", "blocked", "skipped")
             },
         }
-
-    async def cluster_status(self, cluster: Cluster, top: int = 20) -> dict[str, Any]:
-        """Every instance's view of the shared store: drainers per instance, the backlog, and
-        the `top` jobs with the biggest backlog with the instance draining each (None: nobody
-        yet; a scan takes it within a second)."""
-        scan = await self.store.read(functools.partial(_scan, instance=cluster.instance))
-        biggest = sorted(scan.backlog, key=lambda j: (-scan.backlog[j], j))[:top]
-        return {
-            "drainers": spread.per_instance(scan.holders.values()),
-            "backlog_events": sum(scan.backlog.values()),
-            "backlog_jobs": len(scan.backlog),
-            "jobs": [
-                {"job": j, "backlog": scan.backlog[j], "instance": scan.holders.get(j)}
-                for j in biggest
-            ],
-        }
-
-    # -- components ------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """The drainers: resume every job with events left after a restart, then start one for
@@ -458,148 +391,6 @@ class JobManager:
         self._stopping = True
         for scope in list(self._push_scopes):
             scope.cancel()
-
-    async def run_cleanup(
-        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Delete expired finished jobs (and their rows, errors and events) periodically; in
-        cluster mode on one instance at a time (the lease `jobs:expiry`), while every instance
-        retries saving its own unsaved final statuses."""
-        task_status.started()
-        if self.cluster is None:
-            await self._cleanup_loop(None)
-            return
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._cleanup_loop, None, True)
-            await self.cluster.run_owned(EXPIRY_LEASE, self._cleanup_loop)
-
-    async def _cleanup_loop(self, lease: Lease | None, unsaved_only: bool = False) -> None:
-        while True:
-            try:
-                if unsaved_only:
-                    await self._save_unsaved()
-                else:
-                    await self.cleanup_once(lease)
-            except DB_ERRORS as exc:
-                log.error(
-                    "jobs cleanup failed; retrying later", error=f"{type(exc).__name__}: {exc}"
-                )
-            await trio.sleep(max(1.0, min(60.0, self.jobs_cfg.ttl / 10)))
-
-    async def cleanup_once(self, lease: Lease | None = None) -> int:
-        """One cleanup pass; returns the number of jobs deleted. With `lease` (cluster mode)
-        each delete checks it, and the finished job's drainer lease row goes with the job."""
-        await self._save_unsaved()
-        now = self.clock_ms()
-        removed = 0
-        while ids := [
-            i
-            for i in await self.store.read(lambda c: jobstore.expired(c, now, 100))
-            if i not in self._active
-        ]:
-            for job_id in ids:
-                step = functools.partial(_delete_step, job_id=job_id, lease=lease)
-                while not await self.store.write(step):
-                    pass
-                removed += 1
-            if len(ids) < 100:
-                break
-        if removed:
-            log.info("expired jobs deleted", jobs=removed)
-        return removed
-
-    # -- internals -------------------------------------------------------------------------
-
-    def _event_in_tx(
-        self,
-        conn: Conn,
-        record: JobRecord,
-        name: str,
-        data: list[Any],
-        error: str | None,
-        pending: PendingEvents,
-    ) -> None:
-        if record.webhook is None:
-            return
-        job = self._active.get(record.id)
-        seq = jobstore.issue_seq(conn, record, name, job.last_seq if job else 0)
-        if seq is None:
-            return
-        item = _new_item(record.kind, record.id, record.webhook, name, seq, data, error)
-        durable = job.durable and not job.degraded if job else self.jobs_cfg.store
-        if durable:
-            outbox_mod.append(conn, jobstore.stream_name(record.id), [item], self.clock_ms())
-            pending.durable.append(item)
-        else:
-            pending.memory.append(item)
-            pending.degraded = job is not None and job.durable
-
-    def _degraded_event(
-        self,
-        job: JobState,
-        name: str,
-        data: list[Any],
-        error: str | None,
-        exc: BaseException,
-        *,
-        terminal: bool = False,
-    ) -> PendingEvents:
-        """The store failed: number the event in memory and queue it there."""
-        pending = PendingEvents(job.id, terminal=terminal, degraded=job.durable)
-        log.error(
-            "store write failed for a job",
-            job=job.id,
-            event=name,
-            error=f"{type(exc).__name__}: {exc}",
-        )
-        if job.webhook is None:
-            return pending
-        if job.durable:
-            job.degrade(f"storing its {name} event failed", exc)
-        seqr = events.Sequencer(
-            kind=job.kind,
-            events=list(job.webhook.events),
-            last_seq=job.last_seq,
-            terminated=job.terminated,
-        )
-        try:
-            seq = seqr.issue(name)
-        except events.TerminalAlreadyIssued:
-            raise JobFinished(job.id, "finished") from exc
-        if seq is not None:
-            pending.memory.append(_new_item(job.kind, job.id, job.webhook, name, seq, data, error))
-        return pending
-
-    async def _push_memory(
-        self, job: JobState, item: NewItem, *, degraded: bool, count: bool = True
-    ) -> None:
-        if degraded and count:
-            EVENTS.labels("degraded").inc()
-        if self._stopping:
-            self._dropped(job)
-            return
-        if job.memory is None:
-            job.memory = MemoryStream(job.stream, self.jobs_cfg.memory_queue_size)
-        with self._push_scope() as scope:
-            await job.memory.append([item])
-        if scope.cancelled_caught:
-            self._dropped(job)
-            return
-        job.wake.fire()
-
-    @contextlib.contextmanager
-    def _push_scope(self) -> Iterator[trio.CancelScope]:
-        with trio.CancelScope() as scope:
-            self._push_scopes.add(scope)
-            try:
-                yield scope
-            finally:
-                self._push_scopes.discard(scope)
-
-    def _dropped(self, job: JobState) -> None:
-        EVENTS.labels("dropped").inc()
-        job.pending = max(0, job.pending - 1)
-        log.warning("webhook event dropped: shutting down", job=job.id)
 
     async def _job_state(self, job_id: str, *, allow_finished: bool = False) -> JobState:
         job = self._active.get(job_id)
@@ -661,7 +452,7 @@ class JobManager:
                 self.store,
                 self.clock_ms,
                 lease=lease,
-                poll_s=cluster_rules.poll_every_s(cluster.lease_s) if cluster.multi else None,  # type: ignore[union-attr]
+                poll_s=self.store.wakeups.safety_s if cluster.multi else None,  # type: ignore[union-attr]
             )
             try:
                 with lease.scope:
@@ -696,164 +487,15 @@ class JobManager:
         except GaveUp:
             log.critical("webhook drainer gave up; the job resumes after a restart", job=job.id)
 
-    async def _scan_loop(self, cluster: Cluster) -> None:
-        while True:
-            await trio.sleep(cluster_rules.poll_every_s(cluster.lease_s))
-            try:
-                await self.scan_once(cluster)
-            except DB_ERRORS as exc:
-                log.warning("webhook drainer scan failed", error=f"{type(exc).__name__}: {exc}")
-
-    async def scan_once(self, cluster: Cluster) -> list[str]:
-        """Take the drainer leases of jobs with undelivered events nobody drains (up to this
-        instance's fair share) and start their drainers; returns the job ids taken."""
-
-        scan = await self.store.read(functools.partial(_scan, instance=cluster.instance))
-        running = [j.id for j in self._active.values() if j.drainer]
-        wanted = spread.to_take(
-            spread.free_jobs(scan.backlog, scan.held, running),
-            scan.held_here,
-            len(scan.backlog),
-            scan.members,
-        )
-        if not wanted:
-            return []
-        leases = await cluster.try_acquire([jobstore.stream_name(j) for j in wanted])
-        if not leases:
-            return []
-        ids = [lease.name[len(jobstore.STREAM_PREFIX) :] for lease in leases]
-        records = await self.store.read(lambda c: [jobstore.get_job(c, i) for i in ids])
-        for lease, record in zip(leases, records, strict=True):
-            job = self._active.get(record.id) if record is not None else None
-            if record is None or record.webhook is None or (job is not None and job.drainer):
-                await cluster.release(lease)
-                continue
-            if job is None:
-                job = self._active[record.id] = self._state_from(record, scan.backlog[record.id])
-            log.info("taking over a job's webhook delivery", job=record.id)
-            self._spawn(job, lease)
-        return ids
-
     def _forget_if_done(self, job: JobState) -> None:
         done = job.terminated and not job.attached and not job.drainer
         ended = job.webhook is None or job.drained or job.remote
         if done and ended and self._active.get(job.id) is job:
             del self._active[job.id]
 
-    async def _save_unsaved(self) -> None:
-        for job_id, unsaved in list(self._unsaved.items()):
-
-            def tx(conn: Conn, j: str = job_id, u: _UnsavedFinish = unsaved) -> None:
-                with contextlib.suppress(JobFinished, JobNotFound):
-                    jobstore.set_finished(conn, j, u.status, u.error, u.at_ms, u.expires_ms)
-
-            try:
-                await self.store.write(tx)
-            except DB_ERRORS as exc:
-                log.warning("final job status still not saved", job=job_id, error=str(exc))
-                continue
-            del self._unsaved[job_id]
-            log.info("final job status saved", job=job_id, status=unsaved.status)
-
-
-class _Scan(msgspec.Struct, frozen=True):
-    backlog: dict[str, int]
-    """Job id → events after its cursor."""
-    held: list[str]
-    """Jobs whose drainer lease is held now (by any instance)."""
-    held_here: int
-    """Of those, how many this instance holds."""
-    members: int
-    """Live instances."""
-    holders: dict[str, str]
-    """Job id → instance draining it."""
-
-
-def _scan(conn: Conn, instance: str) -> _Scan:
-    """One read: the jobs with a backlog, who drains what, how many instances are alive."""
-    prefix = jobstore.STREAM_PREFIX
-    holders = {
-        row["name"][len(prefix) :]: row["holder"]
-        for row in cluster_store.leases(conn, prefix)
-        if row["held"]
-    }
-    members = sum(
-        1 for m in cluster_store.members(conn) if cluster_rules.alive(m["expires_ms"], m["now_ms"])
-    )
-    return _Scan(
-        backlog=jobstore.undelivered(conn),
-        held=list(holders),
-        held_here=sum(1 for h in holders.values() if h == instance),
-        members=members,
-        holders=holders,
-    )
-
-
-def _delete_step(conn: Conn, job_id: str, lease: Lease | None) -> bool:
-    """One transaction of deleting an expired job (checking the expiry lease); the job's
-    drainer lease row goes with the job."""
-    if lease is not None:
-        lease.check(conn)
-    done = jobstore.delete_job(conn, job_id, DELETE_CHUNK)
-    if done:
-        cluster_store.drop_leases(conn, jobstore.stream_name(job_id))
-    return done
-
-
-def _new_item(
-    kind: str,
-    job_id: str,
-    webhook: WebhookFields,
-    name: str,
-    seq: int,
-    data: list[Any],
-    error: str | None,
-) -> NewItem:
-    webhook_id = str(uuid.uuid4())
-    body = events.build_body(
-        kind=kind,
-        name=name,
-        job_id=job_id,
-        seq=seq,
-        webhook_id=webhook_id,
-        data=data,
-        error=error,
-        metadata=webhook.metadata,
-    )
-    return NewItem(
-        key=webhook_id, body=events.encode_body(body), meta={"type": body.type, "seq": seq}
-    )
-
-
-# Scrape-time gauges over every live manager (several daemons may share a test process).
-_LIVE: weakref.WeakSet[JobManager] = weakref.WeakSet()
-
-
-class _WebhookGauges(Collector):
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        lag = GaugeMetricFamily(
-            "crawld_webhook_cursor_lag",
-            "Webhook events of a job issued but not yet at a final outcome",
-            labels=["job"],
-        )
-        oldest = GaugeMetricFamily(
-            "crawld_webhook_oldest_pending_seconds",
-            "Age of the oldest webhook event being delivered (0 when none)",
-        )
-        now = outbox_mod.now_ms()
-        heads = []
-        for manager in list(_LIVE):
-            for job in list(manager._active.values()):
-                if job.webhook is not None and (job.pending or job.drainer):
-                    lag.add_metric([job.id], job.pending)
-                if job.head_ms is not None:
-                    heads.append(job.head_ms)
-        oldest.add_metric([], (now - min(heads)) / 1000 if heads else 0.0)
-        yield lag
-        yield oldest
-
-
-REGISTRY.register(_WebhookGauges())
+    def jobs_in_memory(self) -> list[JobState]:
+        """The jobs with live webhook state in this process (the webhook gauges read them)."""
+        return list(self._active.values())
 
 
 @contextlib.asynccontextmanager

@@ -9,10 +9,17 @@
 # cannot park an event for days). 410 Gone stops at once and is its own outcome, `gone`: the
 # drainer then stops sending to that endpoint for the whole job. A blocked address is never retried.
 # After len(schedule) retries the event has its final outcome: failed.
+#
+# The schedule outlives a process: after each retried attempt the drainer stores the attempts
+# made and the time of the next one (`next_attempt_ms`), and whoever drains the job next (after a
+# restart, a reload, or on another instance) continues from there (`resume`): the next attempt
+# keeps its number and is not sent before its time. A stored time further away than the schedule
+# could ever have set (the wall clock stepped back) is cut to that longest wait.
 from __future__ import annotations
 
 import datetime
 import email.utils
+import math
 from collections.abc import Sequence
 from typing import Literal, Protocol
 
@@ -68,6 +75,48 @@ def parse_retry_after(
     if when.tzinfo is None:
         when = when.replace(tzinfo=datetime.UTC)
     return min(max(when.timestamp() - now, 0.0), cap)
+
+
+class Resume(msgspec.Struct, frozen=True):
+    """Where a drainer picks up an event's schedule."""
+
+    attempt: int
+    """The number of the next attempt (1: the first send)."""
+    wait: float
+    """Seconds to wait before sending it."""
+
+
+def longest_wait(
+    schedule: Sequence[float], retry_after_cap: float = DEFAULT_RETRY_AFTER_CAP
+) -> float:
+    """The longest wait `decide` can set with `schedule`: its longest delay with full jitter, or
+    a capped Retry-After."""
+    return max(max(schedule, default=0.0) * (1.0 + JITTER), retry_after_cap)
+
+
+def next_attempt_ms(now_ms: int, delay: float) -> int:
+    """Epoch ms of the next attempt, `delay` seconds after `now_ms` (rounded up: never early)."""
+    return now_ms + math.ceil(delay * 1000)
+
+
+def resume(
+    seq: int,
+    stored_seq: int | None,
+    stored_attempts: int,
+    stored_next_ms: int,
+    now_ms: int,
+    schedule: Sequence[float],
+    *,
+    retry_after_cap: float = DEFAULT_RETRY_AFTER_CAP,
+) -> Resume:
+    """Where the schedule of event `seq` stands, given what was stored for the job (`stored_seq`
+    None: nothing): the stored attempts were made, so the next is attempt `stored_attempts + 1`,
+    due at `stored_next_ms` (epoch ms; `now_ms` the clock). A row for another event is stale
+    (the event it was about has its outcome) and means a first attempt now."""
+    if stored_seq is None or stored_seq != seq or stored_attempts < 1:
+        return Resume(attempt=1, wait=0.0)
+    wait = min(max(0.0, (stored_next_ms - now_ms) / 1000), longest_wait(schedule, retry_after_cap))
+    return Resume(attempt=stored_attempts + 1, wait=wait)
 
 
 def jittered(delay: float, rng: Random, jitter: float = JITTER) -> float:

@@ -2,6 +2,9 @@
 # caller's transaction (the store's writer, or a reader's snapshot), so a job's status, counters,
 # rows, errors and webhook events always change together; nothing here knows about trio.
 #
+# The records these functions return are the part's typed interface (daemon/jobs/types.py); they
+# are importable from here too for the areas' code that writes jobs.
+#
 # Event numbering lives here too: `issue_seq` applies `events.Sequencer` to the job row, so the
 # last seq issued and the "terminal already issued" flag are read and written in the same
 # transaction that stores the event, and roll back with it.
@@ -9,62 +12,27 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
 from daemon.config import WebhookFields, WebhookSpec
 from daemon.jobs.events import WEBHOOK_FAILED, Sequencer, gone_error
+from daemon.jobs.types import (
+    FINISHED,
+    KINDS,
+    Delivery,
+    GoneMark,
+    JobError,
+    JobFinished,
+    JobNotFound,
+    JobRecord,
+)
+from daemon.jobs.types import (
+    ROBOTS_BLOCKED as ROBOTS_BLOCKED,  # the crawl's error code, named here too
+)
 from daemon.outbox import ack, drop_stream
 from daemon.store import Conn, one
-
-Status = Literal["scraping", "completed", "failed", "cancelled"]
-FINISHED: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
-KINDS: frozenset[str] = frozenset({"crawl", "batch_scrape"})
-ROBOTS_BLOCKED = "ROBOTS_BLOCKED"
-"""The error code of a URL robots.txt kept a crawl from (listed as `robotsBlocked`)."""
-
-
-class JobNotFound(LookupError):
-    """No job has this id (or it expired and was deleted)."""
-
-
-class JobFinished(Exception):
-    """The job already has a final status; `status` is that status."""
-
-    def __init__(self, job_id: str, status: str) -> None:
-        super().__init__(f"job {job_id} is already {status}")
-        self.job_id = job_id
-        self.status = status
-
-
-class JobRecord(msgspec.Struct, frozen=True, kw_only=True):
-    id: str
-    kind: str
-    status: str
-    completed: int
-    total: int
-    created_ms: int
-    completed_ms: int | None
-    expires_ms: int
-    webhook: WebhookFields | None
-    source: dict[str, Any]
-    last_seq: int
-    terminated: bool
-    error: str | None
-
-    @property
-    def finished(self) -> bool:
-        return self.status in FINISHED
-
-
-class JobError(msgspec.Struct, frozen=True, kw_only=True):
-    id: str
-    at_ms: int
-    url: str | None
-    code: str | None
-    error: str
-
 
 _encode = msgspec.json.Encoder().encode
 _webhook_decoder = msgspec.json.Decoder(WebhookSpec)
@@ -266,15 +234,6 @@ def add_error(
     return error_id
 
 
-class GoneMark(msgspec.Struct, frozen=True, kw_only=True):
-    """The job's webhook endpoint answered 410 Gone: nothing more is sent to it."""
-
-    event_id: str
-    type: str
-    error_id: str
-    skipped: int
-
-
 def webhook_gone(conn: Conn, job_id: str) -> GoneMark | None:
     row = conn.execute(
         "SELECT event_id, type, error_id, skipped FROM webhook_gone WHERE job_id = ?", (job_id,)
@@ -347,6 +306,65 @@ def skip_gone(
     return mark
 
 
+class RetryState(msgspec.Struct, frozen=True, kw_only=True):
+    """The stored schedule of the event at a job's cursor (migration 0012): `attempts` made, the
+    next not before `next_ms` (epoch ms), and how the last one ended."""
+
+    job_id: str
+    seq: int
+    attempts: int
+    next_ms: int
+    last_status: int | None
+    last_error: str
+    at_ms: int
+
+
+_RETRY_COLUMNS = "job_id, seq, attempts, next_ms, last_status, last_error, at_ms"
+
+
+def _retry(row: Sequence[Any]) -> RetryState:
+    job_id, seq, attempts, next_ms, status, error, at = row
+    return RetryState(
+        job_id=job_id, seq=seq, attempts=attempts, next_ms=next_ms, last_status=status,
+        last_error=error, at_ms=at,
+    )  # fmt: skip
+
+
+def retry_state(conn: Conn, job_id: str) -> RetryState | None:
+    """What is stored about the retries of the event at the job's cursor, or None."""
+    row = conn.execute(
+        f"SELECT {_RETRY_COLUMNS} FROM webhook_attempts WHERE job_id = ?", (job_id,)
+    ).fetchone()
+    return None if row is None else _retry(row)
+
+
+def save_retry(conn: Conn, state: RetryState) -> None:
+    """Store (or replace) the retry state of the job's event at its cursor."""
+    conn.execute(
+        f"INSERT INTO webhook_attempts({_RETRY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+        " ON CONFLICT(job_id) DO UPDATE SET seq = excluded.seq, attempts = excluded.attempts,"
+        " next_ms = excluded.next_ms, last_status = excluded.last_status,"
+        " last_error = excluded.last_error, at_ms = excluded.at_ms",
+        (state.job_id, state.seq, state.attempts, state.next_ms, state.last_status,
+         state.last_error, state.at_ms),
+    )  # fmt: skip
+
+
+def clear_retry(conn: Conn, job_id: str) -> None:
+    """Forget the job's retry state (its event has a final outcome)."""
+    conn.execute("DELETE FROM webhook_attempts WHERE job_id = ?", (job_id,))
+
+
+def retrying(conn: Conn, limit: int) -> tuple[int, list[RetryState]]:
+    """How many jobs have an event waiting for a retry, and the `limit` due soonest."""
+    (count,) = one(conn, "SELECT count(*) FROM webhook_attempts")
+    rows: list[Any] = conn.execute(
+        f"SELECT {_RETRY_COLUMNS} FROM webhook_attempts ORDER BY next_ms, job_id LIMIT ?",
+        (limit,),
+    ).fetchall()
+    return int(count), [_retry(row) for row in rows]
+
+
 def list_errors(conn: Conn, job_id: str) -> list[JobError]:
     rows: list[Any] = conn.execute(
         "SELECT id, at_ms, url, code, error FROM job_errors WHERE job_id = ? ORDER BY n",
@@ -380,6 +398,26 @@ def read_rows(
         if len(page) == limit or (page and size + len(body) > max_bytes):
             return page, True
         page.append(bytes(body))
+        size += len(body)
+    return page, False
+
+
+def read_rows_after(
+    conn: Conn, job_id: str, after: int, limit: int, max_bytes: int
+) -> tuple[list[tuple[int, bytes]], bool]:
+    """`read_rows` by sequence instead of position: up to `limit` rows `(n, body)` numbered
+    after `after` (0: from the first), in order; the flag says whether more rows follow. A
+    reader that passes the last `n` it got back reads every row once, however rows commit."""
+    cursor = conn.execute(
+        "SELECT n, body FROM job_rows WHERE job_id = ? AND n > ? ORDER BY n LIMIT ?",
+        (job_id, after, limit + 1),
+    )
+    page: list[tuple[int, bytes]] = []
+    size = 0
+    for n, body in cursor:
+        if len(page) == limit or (page and size + len(body) > max_bytes):
+            return page, True
+        page.append((int(n), bytes(body)))
         size += len(body)
     return page, False
 
@@ -460,18 +498,6 @@ def list_jobs(conn: Conn, limit: int, kind: str | None = None) -> list[JobRecord
             (kind, limit),
         ).fetchall()
     return [_record(row) for row in rows]
-
-
-class Delivery(msgspec.Struct, frozen=True, kw_only=True):
-    """Where a job's webhook events stand, for the console: `last_seq` events queued in its
-    outbox stream, delivered or given up up to `cursor`, `pending` after it, `failed` events
-    given up after their retries (each a WEBHOOK_FAILED error), and the 410 Gone mark."""
-
-    cursor: int
-    last_seq: int
-    pending: int
-    failed: int
-    gone: GoneMark | None
 
 
 def deliveries(conn: Conn, job_ids: Sequence[str]) -> dict[str, Delivery]:

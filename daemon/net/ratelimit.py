@@ -23,17 +23,20 @@ class Slot(msgspec.Struct, frozen=True):
     """Seconds from `now` until the reserved request may go (0: at once)."""
 
 
-def gcra(tat: float, now: float, rate: float, burst: int = 1) -> Slot:
-    """Reserve the next request slot under `rate` requests/s allowing `burst` at once."""
+def gcra(tat: float, now: float, rate: float, burst: int = 1, cost: float = 1) -> Slot:
+    """Reserve the next request slot under `rate` requests/s allowing `burst` at once; a request
+    of `cost` units (tokens of a token budget) takes that many slots at once (at most `burst`)."""
     if rate <= 0:
         raise ValueError("rate must be positive")
     if burst < 1:
         raise ValueError("burst must be at least 1")
+    if cost <= 0:
+        raise ValueError("cost must be positive")
     interval = 1.0 / rate
     start = max(tat, now)
-    allowed_at = start - (burst - 1) * interval
+    allowed_at = start - (burst - min(cost, burst)) * interval
     wait = allowed_at - now
-    return Slot(tat=start + interval, wait=wait if wait > _EPSILON else 0.0)
+    return Slot(tat=start + cost * interval, wait=wait if wait > _EPSILON else 0.0)
 
 
 def conforms(tat: float, now: float, rate: float, burst: int = 1) -> bool:
@@ -57,13 +60,20 @@ class RateLimiter:
         self._clock = clock
         self._tat = float("-inf")
 
-    async def acquire(self) -> None:
-        slot = gcra(self._tat, self._clock(), self.rate, self.burst)
+    async def acquire(self, cost: float = 1) -> None:
+        """Wait for the next slot (`cost` units of it)."""
+        slot = gcra(self._tat, self._clock(), self.rate, self.burst, cost)
         self._tat = slot.tat
         if slot.wait > 0:
             await trio.sleep(slot.wait)
         else:
             await trio.lowlevel.checkpoint()
+
+    def charge(self, cost: float) -> None:
+        """Spend `cost` units now without waiting (what a request turned out to cost beyond
+        what it reserved): later callers wait for it."""
+        if cost > 0:
+            self._tat = max(self._tat, self._clock()) + cost / self.rate
 
 
 # ---- exact windows ----------------------------------------------------------------------------

@@ -26,6 +26,7 @@ COPY_ORDER = (
     "job_errors",
     "outbox_items",
     "webhook_gone",
+    "webhook_attempts",
     "collector_tasks",
     "tracker_limiter",
     "tracker_users",
@@ -41,6 +42,11 @@ COPY_ORDER = (
     "crawl_robots_blocked",
     "crawl_idempotency",
     "cluster_requests",
+    "llm_cache",
+    "extract_jobs",
+    "extract_pages",
+    "crawl_cache",
+    "crawl_snapshots",
 )
 """Every copied table, parents before children (foreign keys hold at each insert)."""
 

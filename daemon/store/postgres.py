@@ -3,7 +3,8 @@
 # Why this shape: the store's trio side (group commit, one writer thread, readers behind a
 # limiter) is the same as SQLite's, so every transaction keeps the grouping the areas were built
 # around, and the blocking driver runs in worker threads like APSW does. psycopg's async API is
-# asyncio-only; the README has the figures of both choices. What is PostgreSQL's own lives here:
+# asyncio-only; docs/explanations/store-contract.md has the figures of both choices. What is
+# PostgreSQL's own lives here:
 # - `PgConn` gives a psycopg connection the store contract the areas call (execute/executemany
 #   returning rows, changes()), translating each statement once (daemon/store/dialect.py) and
 #   sending it with native `$N` placeholders through a RawCursor;
@@ -35,9 +36,11 @@ from psycopg.types.numeric import Int8Dumper
 from psycopg.types.string import StrDumper
 
 from daemon.logs import get_logger
-from daemon.store.dialect import to_postgres
+from daemon.store import pglisten
+from daemon.store.dialect import bulk_inserts, to_postgres
 from daemon.store.errors import StoreUnavailable
 from daemon.store.migrations import shipped
+from daemon.store.wake import Wakeups
 
 T = TypeVar("T")
 log = get_logger("store")
@@ -137,10 +140,9 @@ class PgConn:
             self._changes = 0
             return _Rows([])
         cur = self.raw.cursor()
-        if statement.copy is not None and len(params) > 1:
-            with cur.copy(statement.copy) as copy:
-                for row in params:
-                    copy.write_row(row)
+        if statement.bulk is not None and len(params) > 1:
+            for sql, flat in bulk_inserts(statement, params):
+                cur.execute(sql, flat)
             self._changes = len(params)
             return _Rows([])
         cur.executemany(statement.sql, params, returning=statement.returns_rows)
@@ -191,8 +193,11 @@ def describe_dsn(dsn: str) -> str:
     return f"{host}:{port}/{db}"
 
 
-def connect(dsn: str, schema: str, *, timeout: float = 10.0) -> psycopg.Connection[Any]:
-    """A configured connection (autocommit, RawCursor, search_path), or PgUnavailable."""
+def connect(
+    dsn: str, schema: str, *, timeout: float = 10.0, **extra: Any
+) -> psycopg.Connection[Any]:
+    """A configured connection (autocommit, RawCursor, search_path), or PgUnavailable.
+    `extra`: more connection parameters (e.g. keepalives)."""
     try:
         conn = psycopg.Connection.connect(
             dsn,
@@ -200,6 +205,7 @@ def connect(dsn: str, schema: str, *, timeout: float = 10.0) -> psycopg.Connecti
             cursor_factory=psycopg.RawCursor,
             connect_timeout=max(1, int(timeout)),
             application_name=application_name(schema),
+            **extra,
         )
     except psycopg.Error as exc:
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
@@ -257,10 +263,18 @@ class PostgresBackend:
         self.location = f"{describe_dsn(dsn)} schema {schema}"
         self.stop = threading.Event()
         """Set when the store stops: a writer waiting to reconnect gives up."""
+        self.listen_dsn = dsn
+        """Where the LISTEN connection goes: the server itself, also when writes go through a
+        pooler in transaction mode (which cannot keep a LISTEN)."""
+        self.channel = pglisten.channel_for(schema)
+        """Where this schema's wake-ups go (daemon/store/pglisten.py)."""
+        self.writer_pid: int | None = None
+        """The server pid of the writer's connection (its own wake-ups are not received)."""
         self._pool: psycopg_pool.ConnectionPool[Any] | None = None
 
     def connect(self) -> PgConn:
         conn = connect(self.dsn, self.schema, timeout=self.connect_timeout)
+        self.writer_pid = conn.info.backend_pid
         if self.idle_in_transaction_ms:
             conn.execute(
                 "SELECT set_config('idle_in_transaction_session_timeout', $1, false)",
@@ -339,6 +353,26 @@ class PostgresBackend:
                 raise
             raw.execute("COMMIT")
             return result
+
+    def wakeup_sender(self) -> Callable[[Any, str], None]:
+        """pg_notify on the schema's channel: delivered to the listeners at commit."""
+        return pglisten.send(self.channel)
+
+    async def listen(self, wakeups: Wakeups) -> None:
+        """LISTEN on the schema's channel on a connection of its own until cancelled."""
+
+        def connect_listener() -> psycopg.Connection[Any]:
+            return connect(
+                self.listen_dsn, self.schema, timeout=self.connect_timeout, **pglisten.KEEPALIVES
+            )
+
+        await pglisten.listen(
+            connect_listener,
+            self.channel,
+            wakeups,
+            lambda: self.writer_pid,
+            reconnect_max=self.reconnect_max,
+        )
 
     def halt(self) -> None:
         """The store stops: a writer waiting to reconnect gives up."""

@@ -173,6 +173,13 @@ class SqliteBackend:
     def after_copy(self, conn: apsw.Connection) -> None:
         """Nothing to do: SQLite numbers new rows from the largest id present."""
 
+    def wakeup_sender(self) -> None:
+        """None: one process, every wake-up is fired in it after the commit."""
+        return None
+
+    async def listen(self, wakeups: Any) -> None:
+        """Nothing to listen to: no other process writes this file."""
+
     def close(self, writer: apsw.Connection) -> None:
         with contextlib.suppress(apsw.Error):
             writer.execute("pragma optimize")

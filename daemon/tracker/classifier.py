@@ -8,9 +8,10 @@
 # three text channels that looks for vocal-synth singers and engines, and for original/cover
 # markers, title first.
 #
-# Limits of the rules (also in the README): they read words, not audio. A song whose title, tags
-# and description name no singer, engine or song marker is missed (label 0); a video *about* a
-# song (a reaction, a tutorial, a hand-drawn PV) that uses song words may be counted as a song.
+# Limits of the rules (also in docs/how-to/tracker.md): they read words, not audio. A song whose
+# title, tags and description name no singer, engine or song marker is missed (label 0); a
+# video *about* a song (a reaction, a tutorial, a hand-drawn PV) that uses song words may be
+# counted as a song.
 # Foreign voicebanks (初音未来, GUMI, ...) count only with a Chinese marker (中文, 中V, 填词),
 # as the reference asks for Chinese vocal synthesis; the language of the lyrics is otherwise
 # unknown. AI voice conversion (RVC, so-vits, "AI翻唱") is excluded, as the reference's

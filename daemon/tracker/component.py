@@ -11,9 +11,9 @@ from typing import Any
 
 import trio
 
-from daemon import config
 from daemon.clock import wall_ms
-from daemon.runtime import Daemon
+from daemon.process import Daemon
+from daemon.settings import Config, ConfigDiff
 from daemon.tracker import metrics
 from daemon.tracker import store as ts
 from daemon.tracker.service import TrackerService
@@ -47,7 +47,7 @@ def install(daemon: Daemon) -> None:
     for name, loop in service.loops().items():
         daemon.add_component(name, functools.partial(run_loop, loop))
 
-    async def reload(old: config.Config, new: config.Config, change: config.ConfigDiff) -> None:
+    async def reload(old: Config, new: Config, change: ConfigDiff) -> None:
         if old.tracker != new.tracker:
             await service.apply(new.tracker)
 

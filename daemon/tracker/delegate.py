@@ -195,8 +195,8 @@ class NetworkDelegate:
 
     async def room(self, task: TaskKind, horizon_ms: int, limit: int) -> int:
         """How many requests of `task` (at most `limit`) the task's proxies let through within
-        the next `horizon_ms`, by their limits' state now (a shared proxy's in the store; one
-        with a -412 not yet charged there has none). Reserves nothing."""
+        the next `horizon_ms`, by their limits' state now (a shared proxy's in the store, where
+        a -412 not yet charged is charged first). Reserves nothing."""
         bulk, total = task == "bulk", 0
         for proxy in self._proxies.values():
             if task not in proxy.config.tasks or total >= limit:
@@ -204,9 +204,20 @@ class NetworkDelegate:
             if not self._is_shared(proxy):
                 total += proxy.limiter.room(self.clock(), horizon_ms, bulk=bulk, limit=limit)
                 continue
-            if proxy.config.name not in self._penalties:
-                total += await self._shared_room(proxy, bulk, horizon_ms, limit)
+            if proxy.config.name in self._penalties:
+                await self._charge_penalty(proxy)
+            total += await self._shared_room(proxy, bulk, horizon_ms, limit)
         return min(total, limit)
+
+    async def _charge_penalty(self, proxy: _Proxy) -> None:
+        """Spend a refused shared proxy's windows in the store now. `room` does it before
+        counting: a tick that finds no room sends nothing, so a penalty left for the next
+        reservation would never be charged, and the proxy would have no room for good."""
+        assert self.shared is not None
+        name, windows = proxy.config.name, proxy.limiter.applicable(True)
+        tats = await self.shared.write(lambda conn: limiter_store.exhaust(conn, name, windows))
+        self._penalties.discard(name)
+        proxy.limiter.restore(tats)
 
     async def _shared_room(self, proxy: _Proxy, bulk: bool, horizon_ms: int, limit: int) -> int:
         """`room` of a shared proxy by its windows in the store (a read; the first time, a

@@ -119,8 +119,7 @@ def reserve(
     if not ordered:
         now = _now(conn, now_ms)
     if exhaust:
-        for key, window in ordered:
-            tats_ms[key] = max(tats_ms[key], now + window.per_ms)
+        _spend(tats_ms, ordered, now)
     tats = [window.scaled(tats_ms[key]) for key, window in ordered]
     plain = [window for _, window in ordered]
     reserved = reserve_all(tats, now, plain, margin_ms)
@@ -132,11 +131,34 @@ def reserve(
             (key, window.to_ms(tat)) for (key, window), tat in zip(ordered, reserved, strict=True)
         )
     if reserved is not None or exhaust:
-        conn.executemany(
-            "UPDATE tracker_limiter SET tat_ms = ? WHERE proxy = ? AND limit_key = ?",
-            [(tats_ms[key], proxy, key) for key, _ in ordered],
-        )
+        _store(conn, proxy, ordered, tats_ms)
     return Reservation(reserved is not None, now, at, tats_ms)
+
+
+def _store(
+    conn: Conn, proxy: str, ordered: Sequence[tuple[str, Window]], tats_ms: dict[str, int]
+) -> None:
+    conn.executemany(
+        "UPDATE tracker_limiter SET tat_ms = ? WHERE proxy = ? AND limit_key = ?",
+        [(tats_ms[key], proxy, key) for key, _ in ordered],
+    )
+
+
+def _spend(tats_ms: dict[str, int], ordered: Sequence[tuple[str, Window]], now: int) -> None:
+    for key, window in ordered:
+        tats_ms[key] = max(tats_ms[key], now + window.per_ms)
+
+
+def exhaust(
+    conn: Conn, proxy: str, windows: Sequence[tuple[str, Window]], *, now_ms: int | None = None
+) -> dict[str, int]:
+    """Count every one of a shared proxy's `windows` as fully spent now (upstream refused a
+    request for its rate) without reserving a request; returns each window's TAT after it."""
+    ordered = sorted(windows)
+    tats_ms, now = _lock(conn, proxy, ordered, now_ms)
+    _spend(tats_ms, ordered, now)
+    _store(conn, proxy, ordered, tats_ms)
+    return tats_ms
 
 
 def room(

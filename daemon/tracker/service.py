@@ -34,6 +34,7 @@ from daemon.tracker.classifier import ClassifierUnavailable, make_classifier
 from daemon.tracker.config import TrackerConfig
 from daemon.tracker.delegate import NetworkDelegate
 from daemon.tracker.engine import BULK_CONCURRENCY, FENCE, LOCAL_CLAIMANT, Tracker
+from daemon.tracker.queries import TrackerQueries
 from daemon.tracker.rules import HOUR, MINUTE, SECOND
 
 if TYPE_CHECKING:
@@ -125,6 +126,8 @@ class TrackerService:
             claimant=LOCAL_CLAIMANT if cluster is None else cluster.claimant,
             room=self.delegate.room,
         )
+        self.queries = TrackerQueries(store)
+        """The reads the surfaces make (daemon/api/tracker.py, the console)."""
         self.gate = Gate()
         self._state_loaded = False
 

@@ -3,6 +3,11 @@
 # schedule it completes and the schedule it chains always change together; nothing here knows
 # about trio. (The limiter state is the network side's: daemon/tracker/limiter_store.py.)
 #
+# This module holds the schedule rows (planning, the due query, claims, completion, cleanup) and
+# the bulk completion, and gathers the rest under one name (`ts.<function>`): the windows
+# (window_store.py), the snapshots and ETAs (snapshot_store.py), the videos and the ingest queue
+# (video_store.py), and their shared helpers (base_store.py).
+#
 # Counts that must never drift from the schedule rows (pending rows per window, rows per
 # type × status) and the latest snapshot per video are kept by triggers in the migration, so
 # they change in the very statement that changes the row. The due query of the ticks reads a
@@ -21,93 +26,75 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import msgspec
-
 from daemon.cluster import LIVE_CLAIMANTS
 from daemon.store import Conn, one
 from daemon.tracker import rules
-from daemon.tracker.bilibili import Stat, VideoDetail
+from daemon.tracker.base_store import Due, _all, _first, _in
+from daemon.tracker.bilibili import Stat
 from daemon.tracker.rules import Snap
+from daemon.tracker.snapshot_store import (
+    _ETA_UPSERT,
+    _SNAPSHOT_INSERT,
+    _snapshot_row,
+    closest_to_milestone,
+    count_snapshots,
+    eta_of,
+    insert_snapshot,
+    latest,
+    milestone_candidates,
+    nearest_snapshot,
+    regular_interval_hours,
+    snapshot_after,
+    snapshot_at_or_before,
+    snapshots,
+    upsert_eta,
+)
+from daemon.tracker.video_store import (
+    VideoText,
+    delay_ingest,
+    due_ingest,
+    enqueue_ingest,
+    ingest_failed,
+    is_song,
+    known_aids,
+    next_ingest_ms,
+    next_schedule_ms,
+    pending_schedules,
+    published_ms,
+    search_videos,
+    set_video_status,
+    statuses,
+    store_gone_video,
+    store_label,
+    store_video,
+    totals,
+    unlabelled,
+    video_info,
+    video_status,
+    video_text,
+)
+from daemon.tracker.window_store import (
+    drop_empty_windows,
+    full_windows,
+    set_window_ms,
+    window_fill,
+    window_fill_at_least,
+    window_ms,
+)
 
-_encode_bytes = msgspec.json.encode
-
-
-def _encode(value: Any) -> str:
-    """JSON text for the TEXT columns (tags, probabilities)."""
-    return _encode_bytes(value).decode()
-
-
-_decode_list = msgspec.json.Decoder(list[Any]).decode
-
-
-def _all(conn: Conn, sql: str, bindings: tuple[Any, ...] = ()) -> list[Any]:
-    return conn.execute(sql, bindings).fetchall()
-
-
-def _first(conn: Conn, sql: str, bindings: tuple[Any, ...] = ()) -> Any:
-    return conn.execute(sql, bindings).fetchone()
-
-
-Due = tuple[int, int, str, int]
-"""A schedule row as the ticks see it: (id, aid, type, planned_ms)."""
-
-
-# ---- settings and windows ---------------------------------------------------------------------
-
-
-def set_window_ms(conn: Conn, window_ms: int) -> bool:
-    """Use windows of `window_ms`; when it changed, recount pending rows per window (one
-    transaction). True when it changed."""
-    (current,) = one(conn, "SELECT window_ms FROM tracker_settings WHERE id = 1")
-    if current == window_ms:
-        return False
-    conn.execute("UPDATE tracker_settings SET window_ms = ? WHERE id = 1", (window_ms,))
-    conn.execute("DELETE FROM tracker_windows")
-    conn.execute(
-        "INSERT INTO tracker_windows(win, pending)"
-        " SELECT planned_ms / ?, count(*) FROM tracker_schedules WHERE status = 'pending'"
-        " GROUP BY 1",
-        (window_ms,),
-    )
-    return True
-
-
-def window_ms(conn: Conn) -> int:
-    return int(one(conn, "SELECT window_ms FROM tracker_settings WHERE id = 1")[0])
-
-
-def full_windows(conn: Conn, first: int, last: int, capacity: int) -> set[int]:
-    """Indexes of windows in [first, last] already holding `capacity` pending schedules."""
-    rows = _all(
-        conn,
-        "SELECT win FROM tracker_windows WHERE win BETWEEN ? AND ? AND pending >= ?",
-        (first, last, capacity),
-    )
-    return {r[0] for r in rows}
-
-
-def window_fill(conn: Conn, first: int, count: int) -> dict[int, int]:
-    """Pending schedules of the windows [first, first + count) that have any."""
-    rows = _all(
-        conn,
-        "SELECT win, pending FROM tracker_windows WHERE win >= ? AND win < ? AND pending > 0",
-        (first, first + count),
-    )
-    return {w: n for w, n in rows}
-
-
-def window_fill_at_least(conn: Conn, first: int, last: int, least: int) -> dict[int, int]:
-    """Pending schedules of the windows in [first, last] holding at least `least` (≥ 1)."""
-    rows = _all(
-        conn,
-        "SELECT win, pending FROM tracker_windows WHERE win BETWEEN ? AND ? AND pending >= ?",
-        (first, last, max(least, 1)),
-    )
-    return {w: n for w, n in rows}
-
-
-def drop_empty_windows(conn: Conn, before_window: int) -> None:
-    conn.execute("DELETE FROM tracker_windows WHERE win < ? AND pending <= 0", (before_window,))
+__all__ = [  # the names callers use as `ts.<name>`, wherever they are defined
+    "DUE_SQL", "Due", "Scheduled", "VideoText", "busy_aids", "claim", "claims", "cleanup",
+    "closest_to_milestone", "complete_bulk", "count_snapshots", "delay_ingest",
+    "drop_empty_windows", "due", "due_ingest", "enqueue_ingest", "eta_of", "finish",
+    "full_windows", "ingest_failed", "insert_snapshot", "is_song", "known_aids", "latest",
+    "milestone_candidates", "nearest_snapshot", "next_ingest_ms", "next_schedule_ms",
+    "pending_schedules", "published_ms", "recover_processing", "regular_interval_hours",
+    "release", "release_claims", "schedule_counts", "schedule_snapshot", "search_videos",
+    "set_video_status", "set_window_ms", "snapshot_after", "snapshot_at_or_before",
+    "snapshots", "statuses", "store_gone_video", "store_label", "store_video", "totals",
+    "unlabelled", "upsert_eta", "video_info", "video_status", "video_text", "window_fill",
+    "window_fill_at_least", "window_ms", "without_active",
+]  # fmt: skip
 
 
 # ---- schedules ------------------------------------------------------------------------------
@@ -335,27 +322,6 @@ def schedule_counts(conn: Conn) -> dict[str, dict[str, int]]:
     return counts
 
 
-def pending_schedules(conn: Conn, aid: int) -> list[dict[str, Any]]:
-    rows = _all(
-        conn,
-        "SELECT id, type, status, planned_ms, created_ms FROM tracker_schedules"
-        " WHERE aid = ? AND status IN ('pending', 'processing') ORDER BY planned_ms",
-        (aid,),
-    )
-    keys = ("id", "type", "status", "planned_ms", "created_ms")
-    return [dict(zip(keys, r, strict=True)) for r in rows]
-
-
-def next_schedule_ms(conn: Conn, aid: int) -> int | None:
-    row = _first(
-        conn,
-        "SELECT min(planned_ms) FROM tracker_schedules"
-        " WHERE aid = ? AND status IN ('pending', 'processing')",
-        (aid,),
-    )
-    return None if row is None else row[0]
-
-
 def without_active(conn: Conn, type_: str, *, songs: bool, after_aid: int, limit: int) -> list[int]:
     """Aids (songs, or videos that are not songs) in order after `after_aid` with no active
     schedule of `type_` and status 0 (a gone video is not scheduled again)."""
@@ -376,87 +342,7 @@ def without_active(conn: Conn, type_: str, *, songs: bool, after_aid: int, limit
     return [r[0] for r in rows]
 
 
-# ---- snapshots --------------------------------------------------------------------------------
-
-
-_SNAPSHOT_INSERT = (
-    "INSERT INTO tracker_snapshots(aid, at_ms, views, danmakus, replies, likes,"
-    " coins, shares, favorites) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
-)
-
-
-def _snapshot_row(aid: int, at_ms: int, s: Stat) -> tuple[int, ...]:
-    return (aid, at_ms, s.views, s.danmakus, s.replies, s.likes, s.coins, s.shares, s.favorites)
-
-
-def insert_snapshot(conn: Conn, aid: int, at_ms: int, stat: Stat) -> bool:
-    """Store a snapshot (the latest one follows by trigger); False if one exists at that ms."""
-    conn.execute(_SNAPSHOT_INSERT, _snapshot_row(aid, at_ms, stat))
-    return conn.changes() == 1
-
-
-def latest(conn: Conn, aid: int) -> Snap | None:
-    row = _first(conn, "SELECT at_ms, views FROM tracker_latest WHERE aid = ?", (aid,))
-    return None if row is None else Snap(row[0], row[1])
-
-
-def snapshot_at_or_before(conn: Conn, aid: int, at_ms: int) -> Snap | None:
-    row = _first(
-        conn,
-        "SELECT at_ms, views FROM tracker_snapshots WHERE aid = ? AND at_ms <= ?"
-        " ORDER BY at_ms DESC LIMIT 1",
-        (aid, at_ms),
-    )
-    return None if row is None else Snap(row[0], row[1])
-
-
-def snapshot_after(conn: Conn, aid: int, at_ms: int) -> Snap | None:
-    row = _first(
-        conn,
-        "SELECT at_ms, views FROM tracker_snapshots WHERE aid = ? AND at_ms > ?"
-        " ORDER BY at_ms LIMIT 1",
-        (aid, at_ms),
-    )
-    return None if row is None else Snap(row[0], row[1])
-
-
-def nearest_snapshot(conn: Conn, aid: int, at_ms: int) -> Snap | None:
-    return rules.nearest(
-        at_ms, snapshot_at_or_before(conn, aid, at_ms), snapshot_after(conn, aid, at_ms)
-    )
-
-
-def eta_of(conn: Conn, aid: int, now_ms: int) -> rules.Eta | None:
-    """The short-term ETA from the snapshots nearest each look-back (None: no snapshot)."""
-    last = latest(conn, aid)
-    if last is None:
-        return None
-    snaps = [nearest_snapshot(conn, aid, now_ms - back) for back in rules.ETA_LOOKBACKS_MS]
-    return rules.short_term_eta(last, snaps)
-
-
-def regular_interval_hours(conn: Conn, aid: int, now_ms: int, last: Snap | None = None) -> float:
-    """The regular interval of `aid` from its snapshots (`last`: its latest, if known)."""
-    cut = now_ms - rules.REGULAR_LOOKBACK_MS
-    base = rules.regular_base(snapshot_at_or_before(conn, aid, cut), snapshot_after(conn, aid, cut))
-    return rules.regular_interval_hours(base, last or latest(conn, aid))
-
-
-def upsert_eta(
-    conn: Conn, aid: int, eta_hours: float, speed: float, views: int, now_ms: int
-) -> None:
-    conn.execute(_ETA_UPSERT, (aid, min(eta_hours, 1e300), speed, views, now_ms))
-
-
-_ETA_UPSERT = (
-    "INSERT INTO tracker_eta(aid, eta_hours, speed, views, updated_ms) VALUES (?, ?, ?, ?, ?)"
-    " ON CONFLICT(aid) DO UPDATE SET eta_hours = excluded.eta_hours,"
-    " speed = excluded.speed, views = excluded.views, updated_ms = excluded.updated_ms"
-)
-
-
-def _in(count: int) -> str:
-    return "(" + ",".join("?" * count) + ")"
+# ---- the bulk tick's completion ----
 
 
 def complete_bulk(
@@ -602,398 +488,3 @@ def _chain_normal(
         " VALUES (?, 'normal', ?, ?)",
         [(aid, at, now_ms) for (aid, _), at in zip(targets, planned, strict=True)],
     )
-
-
-def snapshots(
-    conn: Conn, aid: int, since_ms: int, until_ms: int, limit: int
-) -> list[tuple[int, ...]]:
-    """(at_ms, views, danmakus, replies, likes, coins, shares, favorites), oldest first, in
-    [since_ms, until_ms]; up to `limit`."""
-    rows: list[tuple[int, ...]] = _all(
-        conn,
-        "SELECT at_ms, views, danmakus, replies, likes, coins, shares, favorites"
-        " FROM tracker_snapshots WHERE aid = ? AND at_ms BETWEEN ? AND ? ORDER BY at_ms LIMIT ?",
-        (aid, since_ms, until_ms, limit),
-    )
-    return rows
-
-
-def count_snapshots(conn: Conn) -> int:
-    return int(one(conn, "SELECT count(*) FROM tracker_snapshots")[0])
-
-
-# ---- milestone candidates -----------------------------------------------------------------------
-
-
-def milestone_candidates(conn: Conn) -> list[int]:
-    """Aids near a milestone (rules.is_milestone_candidate), status 0 only."""
-    song_ranges = " OR ".join(
-        f"(l.views >= {low}" + ("" if high is None else f" AND l.views < {high}") + ")"
-        for low, high in rules.SONG_CANDIDATE_RANGES
-    )
-    video_ranges = " OR ".join(
-        f"(l.views >= {low} AND l.views < {high})" for low, high in rules.VIDEO_CANDIDATE_RANGES
-    )
-    near = rules.MILLION - rules.NEAR_MILLION
-    rows = _all(
-        conn,
-        "SELECT l.aid FROM tracker_latest l JOIN tracker_songs s ON s.aid = l.aid"
-        f" WHERE {song_ranges}"
-        f" UNION SELECT l.aid FROM tracker_latest l WHERE {video_ranges}"
-        f" OR (l.views >= {near} AND l.views % {rules.MILLION} >= {near})"
-        " UNION SELECT aid FROM tracker_eta WHERE eta_hours < ?",
-        (rules.CANDIDATE_ETA_HOURS,),
-    )
-    aids = [r[0] for r in rows]
-    gone = {
-        r[0]
-        for r in _all(
-            conn, "SELECT aid FROM tracker_videos INDEXED BY tracker_videos_gone WHERE status <> 0"
-        )
-    }
-    return [a for a in aids if a not in gone]
-
-
-def closest_to_milestone(conn: Conn, limit: int) -> list[dict[str, Any]]:
-    """Songs with their views and ETA, soonest first (songs without a finite ETA last, by how
-    few views they lack)."""
-    rows = _all(
-        conn,
-        "SELECT s.aid, v.title, l.views, l.at_ms, e.eta_hours, e.speed,"
-        " (SELECT min(planned_ms) FROM tracker_schedules x WHERE x.aid = s.aid"
-        "  AND x.status IN ('pending', 'processing'))"
-        " FROM tracker_songs s JOIN tracker_latest l ON l.aid = s.aid"
-        " LEFT JOIN tracker_videos v ON v.aid = s.aid LEFT JOIN tracker_eta e ON e.aid = s.aid"
-        " WHERE coalesce(v.status, 0) = 0",
-    )
-    found = []
-    for aid, title, views, at_ms, _eta, speed, next_ms in rows:
-        target = rules.closest_milestone(views)
-        to_go = target - views
-        hours = None
-        if speed is not None and speed > 0:
-            hours = to_go / speed
-        found.append(
-            {
-                "aid": aid,
-                "title": title,
-                "views": views,
-                "target": target,
-                "views_to_go": to_go,
-                "eta_hours": hours,
-                "speed_per_hour": speed,
-                "last_snapshot_ms": at_ms,
-                "next_check_ms": next_ms,
-            }
-        )
-    found.sort(key=lambda r: (r["eta_hours"] is None, r["eta_hours"] or 0.0, r["views_to_go"]))
-    return found[:limit]
-
-
-# ---- videos, users, ingest ------------------------------------------------------------------
-
-
-def known_aids(conn: Conn, aids: Iterable[int]) -> set[int]:
-    """The aids among `aids` already stored or waiting for ingest."""
-    known = set()
-    for aid in set(aids):
-        if _first(
-            conn,
-            "SELECT 1 FROM tracker_videos WHERE aid = ? UNION ALL"
-            " SELECT 1 FROM tracker_ingest WHERE aid = ? LIMIT 1",
-            (aid, aid),
-        ):
-            known.add(aid)
-    return known
-
-
-def enqueue_ingest(conn: Conn, aids: Sequence[int], source: str, now_ms: int) -> list[int]:
-    """Queue unseen aids for ingest; returns the ones queued."""
-    known = known_aids(conn, aids)
-    queued = []
-    for aid in aids:
-        if aid in known or aid in queued:
-            continue
-        conn.execute(
-            "INSERT INTO tracker_ingest(aid, added_ms, next_ms, source) VALUES (?, ?, ?, ?)",
-            (aid, now_ms, now_ms, source),
-        )
-        queued.append(aid)
-    return queued
-
-
-def due_ingest(conn: Conn, now_ms: int, limit: int) -> list[tuple[int, int]]:
-    """(aid, attempts so far) of queued ingests due now, oldest first."""
-    rows = _all(
-        conn,
-        "SELECT aid, attempts FROM tracker_ingest WHERE next_ms <= ? ORDER BY next_ms LIMIT ?",
-        (now_ms, limit),
-    )
-    return [(a, n) for a, n in rows]
-
-
-def next_ingest_ms(conn: Conn) -> int | None:
-    row = _first(conn, "SELECT min(next_ms) FROM tracker_ingest")
-    return None if row is None else row[0]
-
-
-def ingest_failed(conn: Conn, aid: int, error: str, retry_at_ms: int | None) -> None:
-    """Count a failed ingest; retry at `retry_at_ms`, or drop the aid (None)."""
-    if retry_at_ms is None:
-        conn.execute("DELETE FROM tracker_ingest WHERE aid = ?", (aid,))
-        return
-    conn.execute(
-        "UPDATE tracker_ingest SET attempts = attempts + 1, next_ms = ?, last_error = ?"
-        " WHERE aid = ?",
-        (retry_at_ms, error[:500], aid),
-    )
-
-
-def delay_ingest(conn: Conn, aid: int, at_ms: int) -> None:
-    """Try again at `at_ms` without counting an attempt (no proxy was free)."""
-    conn.execute("UPDATE tracker_ingest SET next_ms = ? WHERE aid = ?", (at_ms, aid))
-
-
-def store_video(conn: Conn, detail: VideoDetail, at_ms: int, now_ms: int) -> None:
-    """Ingest: the metadata, the uploader (upserted by uid) and the first snapshot (taken at
-    `at_ms`, the server time of the answer); the aid leaves the ingest queue."""
-    conn.execute(
-        "INSERT INTO tracker_videos(aid, bvid, title, description, tags, duration,"
-        " published_ms, cover_url, uid, status, added_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)"
-        " ON CONFLICT(aid) DO UPDATE SET bvid = excluded.bvid, title = excluded.title,"
-        " description = excluded.description, tags = excluded.tags,"
-        " duration = excluded.duration, published_ms = excluded.published_ms,"
-        " cover_url = excluded.cover_url, uid = excluded.uid, status = 0",
-        (
-            detail.aid,
-            detail.bvid,
-            detail.title,
-            detail.description,
-            _encode(detail.tags),
-            detail.duration,
-            detail.published_ms,
-            detail.cover_url,
-            detail.uploader.uid,
-            now_ms,
-        ),
-    )
-    up = detail.uploader
-    conn.execute(
-        "INSERT INTO tracker_users(uid, name, sign, fans, face, updated_ms)"
-        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(uid) DO UPDATE SET name = excluded.name,"
-        " sign = excluded.sign, fans = excluded.fans, face = excluded.face,"
-        " updated_ms = excluded.updated_ms",
-        (up.uid, up.name, up.sign, up.fans, up.face, now_ms),
-    )
-    insert_snapshot(conn, detail.aid, at_ms, detail.stat)
-    conn.execute("DELETE FROM tracker_ingest WHERE aid = ?", (detail.aid,))
-
-
-def store_gone_video(conn: Conn, aid: int, code: int, now_ms: int) -> None:
-    """Ingest answered with an error code: remember the aid with that status (seen, not
-    tracked) and take it off the ingest queue."""
-    conn.execute(
-        "INSERT INTO tracker_videos(aid, status, added_ms) VALUES (?, ?, ?)"
-        " ON CONFLICT(aid) DO UPDATE SET status = excluded.status",
-        (aid, code, now_ms),
-    )
-    conn.execute("DELETE FROM tracker_ingest WHERE aid = ?", (aid,))
-
-
-def set_video_status(conn: Conn, aid: int, code: int) -> None:
-    conn.execute("UPDATE tracker_videos SET status = ? WHERE aid = ?", (code, aid))
-
-
-def video_status(conn: Conn, aid: int) -> int | None:
-    row = _first(conn, "SELECT status FROM tracker_videos WHERE aid = ?", (aid,))
-    return None if row is None else row[0]
-
-
-def statuses(conn: Conn, aids: Iterable[int]) -> dict[int, int]:
-    found = {}
-    for aid in set(aids):
-        row = _first(conn, "SELECT status FROM tracker_videos WHERE aid = ?", (aid,))
-        if row is not None:
-            found[aid] = row[0]
-    return found
-
-
-def published_ms(conn: Conn, aid: int) -> int | None:
-    row = _first(conn, "SELECT published_ms FROM tracker_videos WHERE aid = ?", (aid,))
-    return None if row is None else row[0]
-
-
-@dataclass(frozen=True)
-class VideoText:
-    aid: int
-    title: str
-    description: str
-    tags: list[str]
-
-
-def unlabelled(conn: Conn, after_aid: int, limit: int) -> list[VideoText]:
-    """Ingested videos (status 0) without a label of any model version, by aid."""
-    rows = _all(
-        conn,
-        "SELECT aid, title, description, tags FROM tracker_videos v INDEXED BY"
-        " tracker_videos_unlabelled WHERE status = 0 AND title IS NOT NULL AND aid > ?"
-        " AND NOT EXISTS (SELECT 1 FROM tracker_labels l WHERE l.aid = v.aid)"
-        " ORDER BY aid LIMIT ?",
-        (after_aid, limit),
-    )
-    return [VideoText(a, t or "", d or "", _decode_list(tags or "[]")) for a, t, d, tags in rows]
-
-
-def video_text(conn: Conn, aid: int) -> VideoText | None:
-    row = _first(
-        conn,
-        "SELECT title, description, tags FROM tracker_videos WHERE aid = ? AND title IS NOT NULL",
-        (aid,),
-    )
-    if row is None:
-        return None
-    return VideoText(aid, row[0] or "", row[1] or "", _decode_list(row[2] or "[]"))
-
-
-def store_label(
-    conn: Conn,
-    aid: int,
-    label: int,
-    probabilities: Sequence[float],
-    model_version: str,
-    now_ms: int,
-) -> bool:
-    """Store a labelling result (unique per aid and model version); a song (label ≠ 0) that is
-    not in songs yet is added. True when the song was added now."""
-    conn.execute(
-        "INSERT INTO tracker_labels(aid, model_version, label, probabilities, created_ms)"
-        " VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        (aid, model_version, label, _encode(list(probabilities)), now_ms),
-    )
-    if label == 0:
-        return False
-    conn.execute(
-        "INSERT INTO tracker_songs(aid, label, added_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-        (aid, label, now_ms),
-    )
-    return conn.changes() == 1
-
-
-def is_song(conn: Conn, aid: int) -> bool:
-    return _first(conn, "SELECT 1 FROM tracker_songs WHERE aid = ?", (aid,)) is not None
-
-
-def video_info(conn: Conn, aid: int) -> dict[str, Any] | None:
-    """What `GET /tracker/videos/{aid}` shows, or None for an unknown aid."""
-    row = _first(
-        conn,
-        "SELECT v.aid, v.bvid, v.title, v.description, v.tags, v.duration, v.published_ms,"
-        " v.cover_url, v.status, v.added_ms, u.uid, u.name, u.sign, u.fans, u.face"
-        " FROM tracker_videos v LEFT JOIN tracker_users u ON u.uid = v.uid WHERE v.aid = ?",
-        (aid,),
-    )
-    if row is None:
-        queued = _first(
-            conn, "SELECT added_ms, attempts, last_error FROM tracker_ingest WHERE aid = ?", (aid,)
-        )
-        if queued is None:
-            return None
-        return {"aid": aid, "status": "queued", "ingest": {"added_ms": queued[0],
-                "attempts": queued[1], "last_error": queued[2]}}  # fmt: skip
-    (aid, bvid, title, desc, tags, duration, pub, cover, status, added, uid, name, sign, fans,
-     face) = row  # fmt: skip
-    label_row = _first(
-        conn,
-        "SELECT label, model_version, probabilities, created_ms FROM tracker_labels"
-        " WHERE aid = ? ORDER BY created_ms DESC LIMIT 1",
-        (aid,),
-    )
-    snap = _first(
-        conn,
-        "SELECT at_ms, views, danmakus, replies, likes, coins, shares, favorites"
-        " FROM tracker_latest WHERE aid = ?",
-        (aid,),
-    )
-    eta = _first(conn, "SELECT eta_hours, speed, updated_ms FROM tracker_eta WHERE aid = ?", (aid,))
-    info: dict[str, Any] = {
-        "aid": aid,
-        "bvid": bvid,
-        "title": title,
-        "description": desc,
-        "tags": _decode_list(tags) if tags else [],
-        "duration": duration,
-        "published_ms": pub,
-        "cover_url": cover,
-        "status": "ok" if status == 0 else status,
-        "added_ms": added,
-        "uploader": None
-        if uid is None
-        else {"uid": uid, "name": name, "sign": sign, "fans": fans, "face": face},
-        "song": is_song(conn, aid),
-        "label": None,
-        "latest_snapshot": None,
-        "schedules": pending_schedules(conn, aid),
-        "milestone": None,
-    }
-    if label_row is not None:
-        info["label"] = {
-            "label": label_row[0],
-            "model_version": label_row[1],
-            "probabilities": _decode_list(label_row[2]),
-            "at_ms": label_row[3],
-        }
-    if snap is not None:
-        keys = ("at_ms", "views", "danmakus", "replies", "likes", "coins", "shares", "favorites")
-        info["latest_snapshot"] = dict(zip(keys, snap, strict=True))
-        target = rules.closest_milestone(snap[1])
-        speed = eta[1] if eta is not None else None
-        info["milestone"] = {
-            "target": target,
-            "views_to_go": target - snap[1],
-            "speed_per_hour": speed,
-            "eta_hours": (target - snap[1]) / speed if speed else None,
-            "eta_row": None
-            if eta is None
-            else {
-                "eta_hours": eta[0],
-                "target": rules.closest_milestone(snap[1], strict=True),
-                "updated_ms": eta[2],
-            },
-        }
-    return info
-
-
-def totals(conn: Conn) -> dict[str, int]:
-    """Videos, songs and queued ingests (counted by their primary keys)."""
-    (videos,) = one(conn, "SELECT count(*) FROM tracker_videos")
-    (songs,) = one(conn, "SELECT count(*) FROM tracker_songs")
-    (queued,) = one(conn, "SELECT count(*) FROM tracker_ingest")
-    (gone,) = one(
-        conn, "SELECT count(*) FROM tracker_videos INDEXED BY tracker_videos_gone WHERE status <> 0"
-    )
-    return {"videos": videos, "songs": songs, "ingest_queued": queued, "videos_gone": gone}
-
-
-def search_videos(conn: Conn, query: str, limit: int) -> list[dict[str, Any]]:
-    """Tracked videos matching `query` (an aid, avNNN, or words of the title or uploader name),
-    newest first, with their latest views and whether they are songs (the console's search)."""
-    text = query.strip()
-    digits = text[2:] if text.lower().startswith("av") else text
-    aid = int(digits) if digits.isascii() and digits.isdigit() and len(digits) < 19 else -1
-    pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    rows = _all(
-        conn,
-        "SELECT v.aid, v.title, u.name, l.views, l.at_ms, v.status,"
-        " EXISTS (SELECT 1 FROM tracker_songs s WHERE s.aid = v.aid)"
-        " FROM tracker_videos v LEFT JOIN tracker_users u ON u.uid = v.uid"
-        " LEFT JOIN tracker_latest l ON l.aid = v.aid"
-        " WHERE ? = '' OR v.aid = ? OR lower(v.title) LIKE lower(?) ESCAPE '\\'"
-        " OR lower(u.name) LIKE lower(?) ESCAPE '\\'"
-        " ORDER BY v.added_ms DESC, v.aid DESC LIMIT ?",
-        (text, aid, pattern, pattern, limit),
-    )
-    return [
-        {"aid": a, "title": t, "uploader": n, "views": vw, "last_snapshot_ms": at,
-         "status": st, "song": bool(song)}
-        for a, t, n, vw, at, st, song in rows
-    ]  # fmt: skip

@@ -5,7 +5,8 @@
 # which the browser calls with its session cookie: one set of rules, one set of answers.
 #
 # The routes are Starlette routes in `daemon.pages` (behind the same edge, not in /openapi.json:
-# they are the console's, not the API's). They read the store through the areas' query functions.
+# they are the console's, not the API's). They read the store through the areas' queries
+# (the tracker's: daemon/tracker/queries.py).
 # One component, "console", reads the queue's stream every few seconds into the last hour's
 # per-minute history (daemon/ui/history.py), so the overview's chart needs no open page.
 from __future__ import annotations
@@ -22,13 +23,15 @@ from starlette.routing import Route
 from daemon.api.app import json
 from daemon.api.edge import bearer_matches, parse_keys
 from daemon.api.errors import HTTPError, decode_query_int, error_response, read_json_body
+from daemon.api.tracker import path_aid
 from daemon.clock import wall_ms
 from daemon.collector.queue import stream_name
 from daemon.config import resolve_secret
-from daemon.jobs import store as js
+from daemon.jobs.records import job_list
+from daemon.jobs.types import KINDS as JOB_KINDS
+from daemon.process import Daemon
 from daemon.redact import redact_tree
-from daemon.runtime import Daemon
-from daemon.tracker import store as ts
+from daemon.tracker.queries import TrackerQueries
 from daemon.ui import curve
 from daemon.ui.history import QueueHistory
 from daemon.ui.login_limit import LoginLimits
@@ -51,7 +54,6 @@ STATIC = {
     "app.css": "text/css; charset=utf-8",
     "index.html": "text/html; charset=utf-8",
 }
-MAX_AID = 2**62
 SAMPLE_S = 10.0
 """How often the console component reads the queue's stream for the overview's history."""
 
@@ -108,104 +110,91 @@ def client_address(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
 
-def routes(
-    daemon: Daemon, sessions: Sessions, keys: tuple[bytes, ...], secure: bool,
-    assets: dict[str, bytes], history: QueueHistory, limits: LoginLimits,
-) -> list[Route]:  # fmt: skip
-    def store() -> Any:
-        if daemon.store is None:
+class ConsoleHandlers:
+    """The console routes' handlers (all but the job list, which `routes` reads itself)."""
+
+    def __init__(
+        self, daemon: Daemon, sessions: Sessions, keys: tuple[bytes, ...], secure: bool,
+        assets: dict[str, bytes], history: QueueHistory, limits: LoginLimits,
+    ) -> None:  # fmt: skip
+        self.daemon = daemon
+        self.sessions = sessions
+        self.keys = keys
+        self.secure = secure
+        self.assets = assets
+        self.history = history
+        self.limits = limits
+
+    def store(self) -> Any:
+        if self.daemon.store is None:
             raise HTTPError(503, "the store is not open")
-        return daemon.store
+        return self.daemon.store
 
-    async def page(request: Request) -> Response:
-        return secured(Response(assets["index.html"], media_type=STATIC["index.html"]))
+    async def page(self, request: Request) -> Response:
+        return secured(Response(self.assets["index.html"], media_type=STATIC["index.html"]))
 
-    async def static(request: Request) -> Response:
+    async def static(self, request: Request) -> Response:
         name = request.path_params["name"]
         if name not in STATIC or name == "index.html":
             raise HTTPError(404, "not found", {"path": request.url.path})
-        response = Response(assets[name], media_type=STATIC[name])
+        response = Response(self.assets[name], media_type=STATIC[name])
         return secured(response)
 
-    async def session(request: Request) -> Response:
-        current = sessions.from_headers(request.headers)
-        by_key = bool(keys) and bearer_matches(request.headers.get("authorization"), keys)
+    async def session(self, request: Request) -> Response:
+        current = self.sessions.from_headers(request.headers)
+        by_key = bool(self.keys) and bearer_matches(request.headers.get("authorization"), self.keys)
         return secured(json({
-            "auth_required": bool(keys),
-            "logged_in": not keys or current is not None or by_key,
+            "auth_required": bool(self.keys),
+            "logged_in": not self.keys or current is not None or by_key,
             "csrf": None if current is None else current.csrf,
         }))  # fmt: skip
 
-    async def login(request: Request) -> Response:
+    async def login(self, request: Request) -> Response:
         body = await read_json_body(request, LoginRequest, empty_ok=False)
-        if not keys:
+        if not self.keys:
             return secured(json({"auth_required": False, "logged_in": True, "csrf": None}))
         address = client_address(request)
-        wait = limits.retry_after(address)
+        wait = self.limits.retry_after(address)
         if wait:
-            if daemon.http_stats is not None:
-                daemon.http_stats.refuse("login_rate")
+            if self.daemon.http_stats is not None:
+                self.daemon.http_stats.refuse("login_rate")
             response = error_response(429, "too many wrong keys from this address; wait",
                                       {"retry_after_s": wait})  # fmt: skip
             response.headers["Retry-After"] = str(wait)
             return secured(response)
-        if not bearer_matches(f"Bearer {body.key}", keys):
-            limits.wrong_key(address)
+        if not bearer_matches(f"Bearer {body.key}", self.keys):
+            self.limits.wrong_key(address)
             raise HTTPError(401, "the API key is not valid", {"field": "key"})
-        sessions.drop(cookie_value(request.headers.get("cookie")))
-        token, created = sessions.create()
+        self.sessions.drop(cookie_value(request.headers.get("cookie")))
+        token, created = self.sessions.create()
         response = json({"auth_required": True, "logged_in": True, "csrf": created.csrf})
-        response.headers["Set-Cookie"] = set_cookie(token, secure=secure)
+        response.headers["Set-Cookie"] = set_cookie(token, secure=self.secure)
         return secured(response)
 
-    async def logout(request: Request) -> Response:
-        sessions.drop(cookie_value(request.headers.get("cookie")))
-        response = json({"logged_in": not keys})
-        response.headers["Set-Cookie"] = clear_cookie(secure=secure)
+    async def logout(self, request: Request) -> Response:
+        self.sessions.drop(cookie_value(request.headers.get("cookie")))
+        response = json({"logged_in": not self.keys})
+        response.headers["Set-Cookie"] = clear_cookie(secure=self.secure)
         return secured(response)
 
-    async def jobs(request: Request) -> Response:
-        limit = decode_query_int(request, "limit", 100, 1, 1000)
-        kind = request.query_params.get("kind")
-        if kind is not None and kind not in js.KINDS:
-            raise HTTPError(400, "kind must be crawl or batch_scrape", {"kind": kind[:40]})
-
-        def read(conn: Any) -> tuple[list[js.JobRecord], dict[str, js.Delivery]]:
-            records = js.list_jobs(conn, limit, kind)
-            return records, js.deliveries(conn, [r.id for r in records])
-
-        records, delivery = await store().read(read)
-        items = [
-            {"id": r.id, "kind": r.kind, "status": r.status, "completed": r.completed,
-             "total": r.total, "created_ms": r.created_ms, "completed_ms": r.completed_ms,
-             "webhook": r.webhook is not None, "source": redact_tree(r.source),
-             "error": r.error, "delivery": delivery.get(r.id)}
-            for r in records
-        ]  # fmt: skip
-        return secured(json({"count": len(items), "jobs": items}))
-
-    async def queue(request: Request) -> Response:
-        await read_queue(daemon, history)
-        minutes = history.series(wall_ms())
+    async def queue(self, request: Request) -> Response:
+        await read_queue(self.daemon, self.history)
+        minutes = self.history.series(wall_ms())
         published = sum(m["published"] or 0 for m in minutes)
-        body = {"queue": daemon.config.broker.queue, "minutes": minutes,
+        body = {"queue": self.daemon.config.broker.queue, "minutes": minutes,
                 "published_last_hour": published}  # fmt: skip
         return secured(json(body))
 
-    async def videos(request: Request) -> Response:
+    async def videos(self, request: Request) -> Response:
         query = request.query_params.get("q", "")
         if len(query) > 200:
             raise HTTPError(400, "q is longer than 200 characters", {"field": "q"})
         limit = decode_query_int(request, "limit", 50, 1, 500)
-        found = await store().read(lambda c: ts.search_videos(c, query, limit))
+        found = await TrackerQueries(self.store()).search(query, limit)
         return secured(json({"count": len(found), "videos": found}))
 
-    async def video_curve(request: Request) -> Response:
-        raw = request.path_params["aid"]
-        text = raw[2:] if raw.lower().startswith("av") else raw
-        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_AID:
-            raise HTTPError(400, "aid must be a positive integer (or avNNN)", {"aid": raw[:40]})
-        aid = int(text)
+    async def video_curve(self, request: Request) -> Response:
+        aid = path_aid(request)
         name = request.query_params.get("range", "all")
         if name not in curve.RANGES:
             raise HTTPError(400, f"range must be one of {', '.join(curve.RANGES)}",
@@ -213,13 +202,8 @@ def routes(
         points = decode_query_int(request, "points", curve.MAX_POINTS, 2, curve.MAX_POINTS)
         now = wall_ms()
         since, until = curve.window(name, now)
-
-        def read(conn: Any) -> tuple[bool, list[tuple[int, ...]]]:
-            known = ts.video_status(conn, aid) is not None
-            return known, ts.snapshots(conn, aid, since, until, 2**62) if known else []
-
-        known, rows = await store().read(read)
-        if not known:
+        rows = await TrackerQueries(self.store()).snapshots(aid, since, until, 2**62)
+        if rows is None:
             raise HTTPError(404, f"video {aid} is not tracked", {"aid": aid})
         kept = curve.decimate(rows, points)
         views = [r[1] for r in rows]
@@ -230,15 +214,38 @@ def routes(
                 "points": [[r[0], r[1], r[4], r[5]] for r in kept]}  # fmt: skip
         return secured(json(body))
 
+
+def routes(
+    daemon: Daemon, sessions: Sessions, keys: tuple[bytes, ...], secure: bool,
+    assets: dict[str, bytes], history: QueueHistory, limits: LoginLimits,
+) -> list[Route]:  # fmt: skip
+    h = ConsoleHandlers(daemon, sessions, keys, secure, assets, history, limits)
+    store = h.store
+
+    async def jobs(request: Request) -> Response:
+        limit = decode_query_int(request, "limit", 100, 1, 1000)
+        kind = request.query_params.get("kind")
+        if kind is not None and kind not in JOB_KINDS:
+            raise HTTPError(400, f"kind must be one of {sorted(JOB_KINDS)}", {"kind": kind[:40]})
+        records, delivery = await job_list(store(), limit, kind)
+        items = [
+            {"id": r.id, "kind": r.kind, "status": r.status, "completed": r.completed,
+             "total": r.total, "created_ms": r.created_ms, "completed_ms": r.completed_ms,
+             "webhook": r.webhook is not None, "source": redact_tree(r.source),
+             "error": r.error, "delivery": delivery.get(r.id)}
+            for r in records
+        ]  # fmt: skip
+        return secured(json({"count": len(items), "jobs": items}))
+
     return [
-        Route("/ui", page, methods=["GET"]),
-        Route("/ui/", page, methods=["GET"]),
-        Route("/ui/static/{name}", static, methods=["GET"]),
-        Route("/ui/api/session", session, methods=["GET"]),
-        Route("/ui/api/login", login, methods=["POST"]),
-        Route("/ui/api/logout", logout, methods=["POST"]),
+        Route("/ui", h.page, methods=["GET"]),
+        Route("/ui/", h.page, methods=["GET"]),
+        Route("/ui/static/{name}", h.static, methods=["GET"]),
+        Route("/ui/api/session", h.session, methods=["GET"]),
+        Route("/ui/api/login", h.login, methods=["POST"]),
+        Route("/ui/api/logout", h.logout, methods=["POST"]),
         Route("/ui/api/jobs", jobs, methods=["GET"]),
-        Route("/ui/api/queue", queue, methods=["GET"]),
-        Route("/ui/api/videos", videos, methods=["GET"]),
-        Route("/ui/api/videos/{aid}/curve", video_curve, methods=["GET"]),
+        Route("/ui/api/queue", h.queue, methods=["GET"]),
+        Route("/ui/api/videos", h.videos, methods=["GET"]),
+        Route("/ui/api/videos/{aid}/curve", h.video_curve, methods=["GET"]),
     ]

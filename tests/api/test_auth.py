@@ -9,7 +9,7 @@ import sys
 import pytest
 import trio
 
-from daemon import config
+from daemon import settings as config
 from daemon.app import check_secrets
 from tests.api.conftest import (
     KEY,

@@ -11,7 +11,7 @@ import sys
 
 import trio
 
-from daemon import config
+from daemon import settings as config
 from daemon.app import Daemon, default_installers, run_daemon
 from daemon.cluster import Lease
 from daemon.logs import setup_logging

@@ -12,6 +12,21 @@ def test_renewals_fit_three_times_in_a_lease() -> None:
     assert rules.poll_every_s(2.0) == 0.5
 
 
+@pytest.mark.parametrize(
+    ("now", "renewal", "retry_at", "expected"),
+    [
+        (100.0, 103.0, None, 3.0),  # nothing wanted: until the renewal
+        (100.0, 103.0, 101.5, 1.5),  # a wanted lease runs out first
+        (100.0, 103.0, 107.0, 3.0),  # the renewal comes first (it tries the lease too)
+        (100.0, 100.0, 99.0, 0.02),  # overdue: soon, never in a loop
+    ],
+)
+def test_the_next_tick_is_the_renewal_or_when_a_wanted_lease_runs_out(
+    now: float, renewal: float, retry_at: float | None, expected: float
+) -> None:
+    assert rules.tick_in(now, renewal, retry_at, 1.0) == pytest.approx(expected)
+
+
 def test_a_renewal_is_trusted_from_when_it_was_sent() -> None:
     assert rules.local_deadline(100.0, 10.0) == 110.0
 

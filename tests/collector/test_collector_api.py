@@ -219,6 +219,12 @@ async def test_discover_lists_groups_and_tasks(running: Running) -> None:
     tasks = {t["taskName"]: t["taskId"] for g in found["groups"] for t in g["tasks"]}
     assert tasks == {"alpha": running.sim_task("alpha"), "beta": running.sim_task("beta")}
     assert (await http.get(running.url("/discover"))).status_code == 400
+    # an empty name: refused, as /openapi.json says (minLength 1)
+    empty = await http.get(running.url("/discover"), params={"account": ""})
+    assert empty.status_code == 400 and empty.json()["detail"] == {"account": ""}
+    spec = (await http.get(running.url("/openapi.json"))).json()
+    (account,) = spec["paths"]["/discover"]["get"]["parameters"]
+    assert account["required"] and account["schema"] == {"type": "string", "minLength": 1}
     missing = await http.get(running.url("/discover"), params={"account": "nope"})
     assert missing.status_code == 404 and missing.json()["detail"] == {"account": "nope"}
     running.sim.fail(1, code="GroupNotFound", status=400)  # not retryable: answered at once

@@ -8,17 +8,19 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
+import apsw
 import httpx
 import msgspec
 import pytest
 import trio
 
-from daemon import config
-from daemon.collector import paging
+from daemon.collector import config, paging, runrules
 from daemon.collector.crawler import AlreadyRunning, TaskCrawler, load_task_state, save_progress
-from daemon.collector.octoparse import OctoparseClient, RetryPolicy
+from daemon.collector.octoparse import OctoparseClient, Page, RetryPolicy
 from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
+from daemon.jobs.store import JobFinished, JobNotFound
 from daemon.net.ratelimit import RateLimiter
 from daemon.outbox import Outbox
 from daemon.store import Store, open_store
@@ -263,6 +265,8 @@ class RecordingJobs:
         self.created: list[str] = []
         self.finished: list[tuple[str, str, str | None]] = []
         self.pages: list[tuple[str, int]] = []
+        self.attached: list[str] = []
+        self.detached: list[str] = []
 
     async def create_job(self, kind: str, *, webhook: object, source: dict[str, object]) -> str:
         self.created.append(f"job-{len(self.created) + 1}")
@@ -281,27 +285,151 @@ class RecordingJobs:
     def cancel_requested(self, job_id: str) -> trio.Event:
         return trio.Event()
 
+    async def attach(self, job_id: str) -> None:
+        if job_id not in self.created and not job_id.startswith("left-"):
+            raise JobNotFound(job_id)
+        if any(job == job_id for job, _, _ in self.finished):
+            raise JobFinished(job_id, "finished")
+        self.attached.append(job_id)
 
-async def test_job_of_a_run_killed_mid_way_is_closed_at_start(env: Env) -> None:
+    def detach(self, job_id: str) -> None:
+        self.detached.append(job_id)
+
+
+async def test_the_job_of_a_run_killed_mid_way_is_continued_at_start(env: Env) -> None:
     env.add_rows(new=300)
     unfinished = paging.BackwardProgress(low=0, t0=300, lowest_done=200)
     await env.store.write(
-        lambda c: save_progress(c, "t1", unfinished, "run-0", "job-0", int(time.time() * 1000))
+        lambda c: save_progress(c, "t1", unfinished, "run-0", "left-0", int(time.time() * 1000))
     )
     jobs = RecordingJobs()
     crawler = env.crawler()
+    crawler.collector = config.CollectorConfig(auto_start=False, batch_size=100)
     crawler.jobs = jobs  # type: ignore[assignment]
-    with trio.move_on_after(30):
+    with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            await nursery.start(crawler.run)  # auto_start: resumes the range at once
+            await nursery.start(crawler.run)  # no auto_start: the left job continues anyway
             while crawler.last_result is None or crawler.running:
                 await trio.sleep(0.001)
             nursery.cancel_scope.cancel()
-    assert jobs.finished[0][:2] == ("job-0", "failed")
-    assert "interrupted by a restart" in (jobs.finished[0][2] or "")
-    assert jobs.finished[1] == ("job-1", "completed", None)
-    assert sum(n for job, n in jobs.pages if job == "job-1") == 200  # only the unfinished part
+    assert jobs.created == []  # no new job: the same id goes on
+    assert jobs.finished == [("left-0", "completed", None)]
+    assert sum(n for job, n in jobs.pages if job == "left-0") == 200  # only the unfinished part
+    assert crawler.last_result is not None and crawler.last_result.continues
     assert serials(await env.queued()) == list(range(200))
+
+
+async def test_a_job_whose_windows_were_all_committed_is_completed_at_start(env: Env) -> None:
+    env.add_rows(new=300)
+    done = paging.BackwardProgress(low=0, t0=300, lowest_done=0, end="done")
+    await env.store.write(
+        lambda c: save_progress(c, "t1", done, "run-0", "left-0", int(time.time() * 1000))
+    )
+    jobs = RecordingJobs()
+    crawler = env.crawler()
+    crawler.collector = config.CollectorConfig(auto_start=False, batch_size=100)
+    crawler.jobs = jobs  # type: ignore[assignment]
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(crawler.run)
+            nursery.cancel_scope.cancel()
+    assert jobs.finished == [("left-0", "completed", None)] and jobs.pages == []
+
+
+async def test_a_shutdown_mid_run_leaves_the_job_running_for_the_next_start(env: Env) -> None:
+    env.add_rows(new=800)
+    jobs = RecordingJobs()
+    crawler = env.crawler()
+    crawler.jobs = jobs  # type: ignore[assignment]
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(crawler.run_once)
+            while crawler.current is None or crawler.current.windows < 3:
+                await trio.sleep(0.001)
+            nursery.cancel_scope.cancel()  # SIGTERM: the run is cut short between windows
+    assert jobs.created == ["job-1"] and jobs.finished == []  # not cancelled
+    assert jobs.detached == ["job-1"]
+    cut = crawler.last_result
+    assert cut is not None and cut.status == "interrupted" and cut.interrupted
+    assert "shutdown" in (cut.error or "")
+    fresh = env.crawler()  # the next start
+    fresh.collector = config.CollectorConfig(auto_start=False, batch_size=100)
+    fresh.jobs = jobs  # type: ignore[assignment]
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(fresh.run)
+            while fresh.running:
+                await trio.sleep(0.001)
+            nursery.cancel_scope.cancel()
+    assert jobs.created == ["job-1"] and jobs.finished == [("job-1", "completed", None)]
+    assert serials(await env.queued()) == list(range(800))
+
+
+async def test_a_user_stop_ends_the_job_cancelled_saying_so(env: Env) -> None:
+    env.add_rows(new=500)
+    jobs = RecordingJobs()
+    crawler = env.crawler()
+    crawler.jobs = jobs  # type: ignore[assignment]
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(crawler.run_once)
+            while crawler.current is None or crawler.current.windows < 1:
+                await trio.sleep(0.001)
+            assert crawler.request_stop()
+    assert jobs.finished == [("job-1", "cancelled", "stopped by a user (POST /crawl/stop)")]
+
+
+async def test_removing_the_task_ends_its_job_cancelled_saying_so(env: Env) -> None:
+    env.add_rows(new=800)
+    jobs = RecordingJobs()
+    crawler = env.crawler()
+    crawler.jobs = jobs  # type: ignore[assignment]
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(crawler.run_once)
+            while crawler.current is None or crawler.current.windows < 2:
+                await trio.sleep(0.001)
+            crawler.removed = "the task was removed from the configuration (reload)"
+            nursery.cancel_scope.cancel()
+    assert jobs.finished == [
+        ("job-1", "cancelled", "the task was removed from the configuration (reload)")
+    ]
+
+
+async def test_a_store_failure_mid_run_continues_the_same_job_here(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(runrules, "retry_in_s", lambda attempt: 0.01)
+    env.add_rows(new=600)
+    jobs = RecordingJobs()
+    crawler = env.crawler()
+    crawler.collector = config.CollectorConfig(auto_start=False, batch_size=100)
+    crawler.jobs = jobs  # type: ignore[assignment]
+    real_page = env.client.data_page
+    calls = 0
+    seen: list[Any] = []
+
+    async def page_then_fail(task_id: str, offset: int, size: int) -> Page:
+        nonlocal calls
+        calls += 1
+        if calls in (3, 4):  # two windows in, the database goes away for two tries
+            raise apsw.IOError("disk I/O error (simulated)")
+        return await real_page(task_id, offset, size)
+
+    env.client.data_page = page_then_fail  # type: ignore[method-assign]
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(crawler.run)
+            await crawler.start_now()
+            while crawler.running:
+                if crawler.continuing is not None:
+                    seen.append(crawler.continuing.attempts)
+                await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    assert jobs.created == ["job-1"] and jobs.finished == [("job-1", "completed", None)]
+    assert max(seen) == 2  # /status showed the job waiting to continue, twice
+    assert crawler.last_result is not None and crawler.last_result.continues
+    assert serials(await env.queued()) == list(range(600))
 
 
 async def test_two_manual_starts_at_once_one_runs_one_is_refused(env: Env) -> None:

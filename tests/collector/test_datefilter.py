@@ -5,6 +5,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from daemon.collector.config import CollectorConfig, TaskConfig
 from daemon.collector.datefilter import (
     DAY_MS,
     DateCounts,
@@ -16,7 +17,6 @@ from daemon.collector.datefilter import (
     parse_record_time,
     ttl_ms,
 )
-from daemon.config import CollectorConfig, TaskConfig
 
 SHANGHAI = ZoneInfo("Asia/Shanghai")
 HOUR_MS = 3_600_000

@@ -13,6 +13,7 @@ import httpx
 import pytest
 import trio
 
+from daemon.collector.config import AccountConfig
 from daemon.collector.octoparse import (
     OctoparseClient,
     OctoparseError,
@@ -23,7 +24,7 @@ from daemon.collector.octoparse import (
     retry_schedule,
     retry_wait,
 )
-from daemon.config import AccountConfig, ConfigError
+from daemon.config import ConfigError
 from daemon.fakes.octoparse import DEMO_API_KEY, DEMO_PASSWORD, OctoparseSim, serve_sim
 from daemon.net.ratelimit import RateLimiter
 

@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from daemon.broker import BrokerUnavailable, OutgoingMessage
-from daemon.broker_rules import BrokerSettings
+from daemon.broker.rules import BrokerSettings
 from daemon.collector.queue import AmqpQueue, stream_name
 from daemon.outbox import NewItem, Outbox
 

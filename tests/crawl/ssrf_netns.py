@@ -94,7 +94,7 @@ async def udp_listener(
 async def main() -> None:
     from daemon.crawl.browser import BrowserPool
     from daemon.crawl.config import BrowserConfig, CrawlConfig
-    from daemon.crawl.crawler import new_engine
+    from daemon.crawl.engine import new_engine
     from daemon.crawl.models import ScrapeOptions
     from daemon.crawl.proxy import VettingProxy
     from daemon.fakes.site import SiteSim, host_map_resolver, serve_site

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 import trio
 
-from daemon import config as config_module
+from daemon import settings as config_module
 from daemon.crawl.browser import DIR_PREFIX, browser_args, stale_browsers
 from daemon.crawl.cdp import CdpClosed
 from daemon.crawl.config import BrowserConfig

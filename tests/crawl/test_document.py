@@ -1,8 +1,11 @@
 from __future__ import annotations
 
 import json
+from urllib.parse import urljoin
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from daemon.crawl.document import (
     BASE64_IMAGE_REMOVED,
@@ -11,6 +14,7 @@ from daemon.crawl.document import (
     clean_html,
     decode_body,
     page_links,
+    plain_join,
     scrape_page,
 )
 from daemon.crawl.fetch import FetchResult
@@ -296,3 +300,40 @@ def test_title_of_the_head_not_of_an_svg() -> None:
         "<html><head><title>Real</title></head><body><svg><title>icon</title></svg></body></html>"
     )
     assert doc(page)["metadata"]["title"] == "Real"  # type: ignore[index]
+
+
+JOIN_BASES = [
+    "https://site.test/docs/page.html",
+    "http://site.test",
+    "https://user@site.test:8080/a;b?c#d",
+    "https://site.test?q",
+]
+JOIN_HREFS = [
+    "https://other.test/x", "http://other.test/x", "https://other.test", "https://other.test?q",
+    "https://other.test#", "https://other.test/x?", "https://[::1]/", "https://é.test/",
+    "https://other.test/é x", "/x/y", "/", "/a//b", "/x?q=1", "/x?a;b", "/x#f", "/é?é#é", "/x??",
+    "/x?", "/x#", "/x?#f", "/x;p", "/x/../y", "/./y", "/..", "/a/.", "//other.test/x", "x/y",
+    "../x", "?q", "#f", "https:x", "/x\ty",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("base", JOIN_BASES)
+@pytest.mark.parametrize("href", JOIN_HREFS)
+def test_plain_join_is_urljoin_or_declines(base: str, href: str) -> None:
+    joined = plain_join(base, href)
+    assert joined is None or joined == urljoin(base, href)
+
+
+URL_CHARS = st.sampled_from(list("aZ09-._~%!$&'()*+,;=:@/?#[] \t\né"))
+
+
+@given(
+    base=st.sampled_from(JOIN_BASES),
+    head=st.sampled_from(["https://", "http://", "/", "//", ""]),
+    tail=st.text(URL_CHARS, max_size=24),
+)
+def test_plain_join_agrees_with_urljoin(base: str, head: str, tail: str) -> None:
+    href = head + tail
+    joined = plain_join(base, href)
+    if joined is not None:
+        assert joined == urljoin(base, href)

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from daemon.crawl.config import CrawlConfig
-from daemon.crawl.crawler import Engine, new_engine
+from daemon.crawl.engine import Engine, new_engine
 from daemon.crawl.fetch import FetchError
 from daemon.crawl.models import BadRequest, ScrapeOptions, parse_scrape
 from daemon.crawl.pdf import PdfOptions, pdf_document, pdf_options

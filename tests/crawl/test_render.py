@@ -16,7 +16,7 @@ import pytest
 import trio
 
 from daemon.crawl.config import CrawlConfig
-from daemon.crawl.crawler import Engine, new_engine
+from daemon.crawl.engine import Engine, new_engine
 from daemon.crawl.fetch import FetchError
 from daemon.crawl.models import ScrapeOptions, check_scrape_options
 from daemon.crawl.render import decode_data_uri

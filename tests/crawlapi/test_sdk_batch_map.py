@@ -42,9 +42,9 @@ async def test_batch_scrape_waits_and_honours_idempotency_keys(
     fc: Firecrawl, sdk: Any, client: httpx.AsyncClient, site: SiteSim
 ) -> None:
     urls = [site.url(f"/pages/{i}") for i in range(5)]
-    job = await sdk(fc.batch_scrape, urls, poll_interval=1, idempotency_key="key-1")
+    job = await sdk(fc.batch_scrape, urls, poll_interval=1, idempotency_key="key-1", max_age=0)
     assert job.status == "completed" and len(job.data) == 5
-    body = {"urls": urls}
+    body = {"urls": urls, "maxAge": 0}  # each batch fetches (no copy from the cache)
     first = (await client.post("/v2/batch/scrape", json=body,
                                headers={"x-idempotency-key": "key-2"})).json()  # fmt: skip
     again = (await client.post("/v2/batch/scrape", json=body,

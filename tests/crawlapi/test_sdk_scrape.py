@@ -72,7 +72,7 @@ async def test_scrape_failures_map_to_sdk_errors(
         ({"formats": ["screenshot"]}, "$.formats[0]", "needs a browser"),
         ({"formats": [{"type": "json", "prompt": "x"}]}, "$.formats[0]", "needs an LLM"),
         ({"formats": ["summary"]}, "$.formats[0]", "needs an LLM"),
-        ({"formats": ["changeTracking"]}, "$.formats[0]", "needs an LLM"),
+        ({"formats": ["changeTracking"]}, "$.formats[0]", "requires the markdown format"),
         ({"formats": ["bogus"]}, "$.formats[0]", "unknown format"),
         ({"actions": [{"type": "wait", "milliseconds": 5}]}, "$.actions", "browser"),
         ({"colour": "blue"}, "$.colour", "unrecognized key"),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import trio
 
-from daemon import config
+from daemon import settings as config
 from daemon.app import Daemon, default_installers, run_daemon
 from daemon.config import WebhookSpec
 from daemon.logs import setup_logging

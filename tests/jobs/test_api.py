@@ -28,7 +28,7 @@ bind = "127.0.0.1:0"
 enabled = false
 [webhooks]
 secret_env = "{SECRET_ENV}"
-timeout = "200ms"
+timeout = "10s"
 retry_schedule = ["10ms", "20ms"]
 allow_cidrs = ["127.0.0.0/8"]
 """
@@ -223,6 +223,6 @@ async def test_status_metrics_and_openapi(
 
 async def test_reload_applies_new_webhook_settings(daemon: Daemon, tmp_path: Path) -> None:
     path = tmp_path / "crawld.toml"
-    path.write_text(CONFIG.replace('timeout = "200ms"', 'timeout = "3s"'))
+    path.write_text(CONFIG.replace('timeout = "10s"', 'timeout = "3s"'))
     assert await daemon.reload()
     assert daemon.jobs.deliverer.settings.timeout == 3.0

@@ -15,7 +15,9 @@ from daemon.config import Duration, JobsConfig, WebhookSpec
 from daemon.fakes.receiver import WebhookReceiver
 from daemon.jobs import spread
 from daemon.jobs import store as jobstore
-from daemon.jobs.drainer import Deliverer, DeliverySettings, Final, JobDrainer, JobState
+from daemon.jobs.delivery import Deliverer, DeliverySettings, Final
+from daemon.jobs.drainer import JobDrainer
+from daemon.jobs.jobstate import JobState
 from daemon.jobs.manager import JobManager
 from daemon.outbox import NewItem, Outbox, append, read_after_cursor, stream_state
 from daemon.store import Conn, Store

@@ -9,8 +9,8 @@ import pytest
 import trio
 
 from daemon.fakes.receiver import WebhookReceiver, open_receiver
-from daemon.jobs.connections import HostConnections, httpx_error
-from daemon.jobs.ssrf import VettingCache, error_kind, new_transport, parse_networks, send_vetted
+from daemon.net.connections import HostConnections, httpx_error
+from daemon.net.ssrf import VettingCache, error_kind, new_transport, parse_networks, send_vetted
 from tests.jobs.conftest import FakeResolver
 
 LOOPBACK = parse_networks(["127.0.0.0/8"])

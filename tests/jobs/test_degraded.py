@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 import apsw
+import psycopg
 import pytest
 import trio
 
@@ -196,3 +197,61 @@ async def test_unreadable_events_stay_on_disk_until_a_restart(
             await rx.wait_delivered(2, job)
         nursery.cancel_scope.cancel()
     assert [(r.seq, r.type) for r in rx.events(job)] == [(2, "crawl.page"), (1, "crawl.started")]
+
+
+class LostCommits:
+    """Makes chosen `store.write` calls of the task that made it fail like a connection lost
+    around COMMIT: `after` ones commit and then raise (the caller cannot know), `before` ones
+    raise without running. Other tasks' writes (the job's drainer acking events meanwhile) go
+    through: which write a fault hits does not depend on how fast the drainer is."""
+
+    def __init__(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.after = 0
+        self.before = 0
+        real = store.write
+        owner = trio.lowlevel.current_task()
+
+        async def write(fn: Any) -> Any:
+            if trio.lowlevel.current_task() is not owner:
+                return await real(fn)
+            if self.before:
+                self.before -= 1
+                raise psycopg.OperationalError("server closed the connection (injected)")
+            result = await real(fn)
+            if self.after:
+                self.after -= 1
+                raise psycopg.OperationalError("server closed the connection (injected)")
+            return result
+
+        monkeypatch.setattr(store, "write", write)
+
+
+@pytest.mark.parametrize("store_target", ["postgres"], indirect=True)
+async def test_a_shared_store_settles_a_failed_write_instead_of_numbering_again(
+    rx: WebhookReceiver,
+    start_manager: StartManager,
+    store: Store,
+    outbox: Outbox,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    m = await start_manager()
+    faults = LostCommits(store, monkeypatch)
+    before = degraded_count()
+    job = await m.create_job("crawl", webhook=WebhookSpec(url=rx.url()), source={})
+    faults.after = 1  # page 0 commits, its caller hears an error
+    assert await m.page(job, [{"i": 0}])
+    faults.before = 1  # page 1 never reaches the database: it runs again
+    assert await m.page(job, [{"i": 1}])
+    faults.after = 1  # so does the final status
+    await m.finish(job, "completed")
+    with trio.fail_after(10):
+        await m.wait_drained(job)
+    assert faults.after == faults.before == 0  # each fault hit the write it was set for
+    rx.check()  # one webhookId per seq: no event was numbered twice
+    assert rx.seqs(job) == [1, 2, 3, 4] and rx.duplicates == []
+    assert rx.events(job)[-1].type == "crawl.completed"
+    record = await m.get_job(job)
+    assert record is not None and (record.status, record.completed, record.last_seq) == (
+        "completed", 2, 4,
+    )  # fmt: skip
+    assert degraded_count() == before and not m._unsaved  # nothing went through memory

@@ -10,7 +10,7 @@ import trio
 from daemon.config import Duration, JobsConfig, WebhookSpec
 from daemon.fakes.receiver import WebhookReceiver
 from daemon.jobs import store as jobstore
-from daemon.jobs.drainer import Deliverer, DeliverySettings
+from daemon.jobs.delivery import Deliverer, DeliverySettings
 from daemon.jobs.manager import JobManager
 from daemon.outbox import Outbox
 from daemon.store import Store, one

@@ -270,3 +270,34 @@ async def test_an_item_whose_job_row_is_gone_is_refused_not_sent_empty(store: St
     await store.write(setup)
     with pytest.raises(LookupError, match="queue:q:1 points to a job row that is gone"):
         await store.read(lambda c: outbox.read_after_cursor(c, "queue:q", 10))
+
+
+async def test_retry_state_is_stored_replaced_listed_and_goes_with_the_job(store: Store) -> None:
+    def state(job: str, seq: int, attempts: int, next_ms: int) -> jobstore.RetryState:
+        return jobstore.RetryState(
+            job_id=job, seq=seq, attempts=attempts, next_ms=next_ms, last_status=503,
+            last_error="HTTP 503", at_ms=next_ms - 5000,
+        )  # fmt: skip
+
+    def setup(conn: apsw.Connection) -> None:
+        create(conn, "a")
+        create(conn, "b")
+        jobstore.save_retry(conn, state("a", 1, 1, 10_000))
+        jobstore.save_retry(conn, state("a", 1, 2, 70_000))  # the next attempt failed too
+        jobstore.save_retry(conn, state("b", 4, 5, 20_000))
+
+    await store.write(setup)
+    assert await store.read(lambda c: jobstore.retry_state(c, "a")) == state("a", 1, 2, 70_000)
+    assert await store.read(lambda c: jobstore.retry_state(c, "zzz")) is None
+    count, due = await store.read(lambda c: jobstore.retrying(c, 1))
+    assert (count, due) == (2, [state("b", 4, 5, 20_000)])  # the one due soonest first
+
+    await store.write(lambda c: jobstore.clear_retry(c, "b"))
+    assert await store.read(lambda c: jobstore.retry_state(c, "b")) is None
+
+    def finish(conn: apsw.Connection) -> None:
+        jobstore.set_finished(conn, "a", "completed", None, 2000, 3000)
+
+    await store.write(finish)
+    await store.write(lambda c: jobstore.delete_job(c, "a", 100))
+    assert await store.read(lambda c: jobstore.retrying(c, 10)) == (0, [])

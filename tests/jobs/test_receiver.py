@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import AsyncIterator
 
@@ -127,6 +128,8 @@ async def test_die_and_revive_on_the_same_port(
     assert not receiver.alive
     with pytest.raises(httpx.ConnectError):
         await client.post(receiver.url(), content=event("j", 2))
+    with socket.socket() as other, pytest.raises(OSError):  # held: no other server takes it
+        other.bind((receiver.host, port))
     await receiver.revive()
     assert receiver.alive and receiver.port == port
     response = await client.post(receiver.url(), content=event("j", 2))

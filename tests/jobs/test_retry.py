@@ -7,9 +7,13 @@ import pytest
 from daemon.jobs.retry import (
     DEFAULT_SCHEDULE,
     Decision,
+    Resume,
     decide,
     jittered,
+    longest_wait,
+    next_attempt_ms,
     parse_retry_after,
+    resume,
 )
 
 NOW = 1_445_412_480.0  # Wed, 21 Oct 2015 07:28:00 GMT
@@ -143,3 +147,53 @@ def test_jitter_spreads_within_twenty_percent() -> None:
 def test_decide_rejects_bad_input(attempt: int, status: int | None, error: str | None) -> None:
     with pytest.raises(ValueError):
         decide(attempt, status, error, None, NOW, SCHEDULE, MID)  # type: ignore[arg-type]
+
+
+# Continuing a schedule stored by an earlier drainer (a restart, another instance).
+NOW_MS = 1_700_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("seq", "stored", "expected"),
+    [
+        (1, None, Resume(1, 0.0)),  # nothing stored: a first attempt, now
+        (3, (2, 4, NOW_MS + 60_000), Resume(1, 0.0)),  # a row about another event is stale
+        (3, (3, 0, NOW_MS + 60_000), Resume(1, 0.0)),  # no attempt was made
+        (3, (3, 3, NOW_MS + 60_000), Resume(4, 60.0)),  # attempt 4, at its time
+        (3, (3, 3, NOW_MS + 250), Resume(4, 0.25)),
+        (3, (3, 5, NOW_MS - 10_000), Resume(6, 0.0)),  # overdue: at once, still attempt 6
+        (3, (3, 5, NOW_MS), Resume(6, 0.0)),
+        # Further away than the schedule can set (the clock stepped back): the longest wait.
+        (3, (3, 2, NOW_MS + 86_400_000), Resume(3, 4320.0)),
+    ],
+)
+def test_resume_continues_the_stored_schedule(
+    seq: int, stored: tuple[int, int, int] | None, expected: Resume
+) -> None:
+    stored_seq, attempts, next_ms = stored or (None, 0, 0)
+    got = resume(seq, stored_seq, attempts, next_ms, NOW_MS, SCHEDULE)
+    assert got == expected
+
+
+def test_longest_wait_is_the_jittered_longest_delay_or_the_retry_after_cap() -> None:
+    assert longest_wait(SCHEDULE) == pytest.approx(3600.0 * 1.2)
+    assert longest_wait([1.0, 2.0]) == 3600.0  # a Retry-After may ask for up to its cap
+    assert longest_wait([1.0, 2.0], retry_after_cap=1.0) == pytest.approx(2.4)
+    assert longest_wait([]) == 3600.0
+
+
+@pytest.mark.parametrize(
+    ("delay", "expected"), [(0.0, NOW_MS), (5.0, NOW_MS + 5000), (0.0001, NOW_MS + 1)]
+)
+def test_next_attempt_time_is_never_early(delay: float, expected: int) -> None:
+    assert next_attempt_ms(NOW_MS, delay) == expected
+
+
+def test_a_stored_schedule_reaches_the_same_final_outcome() -> None:
+    # Attempts 1-3 before a restart, 4-6 after: the sixth is the last, as without the restart.
+    plan = resume(1, 1, 3, NOW_MS, NOW_MS, SCHEDULE)
+    assert plan.attempt == 4
+    assert decide(plan.attempt, 500, None, None, NOW, SCHEDULE, MID).kind == "retry"
+    assert decide(6, 500, None, None, NOW, SCHEDULE, MID).reason == (
+        "gave up after 6 attempts; last: HTTP 500"
+    )

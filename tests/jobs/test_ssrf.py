@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from daemon.fakes.receiver import WebhookReceiver, open_receiver
-from daemon.jobs.ssrf import (
+from daemon.net.ssrf import (
     BlockedAddress,
     ResolutionFailed,
     Vetted,

@@ -6,7 +6,7 @@ import msgspec
 import pytest
 import trio
 
-from daemon import config
+from daemon import settings as config
 from daemon.__main__ import main
 from daemon.app import Daemon, run_daemon
 from daemon.config import WebhookSpec

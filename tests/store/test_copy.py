@@ -43,6 +43,7 @@ def fill(conn: Any) -> None:
         [(n, f"k{n}", n) for n in (2, 3)],
     )
     conn.execute("INSERT INTO webhook_gone VALUES ('j1', 'j1:1', 'crawl.page', 'e1', 0, 3)")
+    conn.execute("INSERT INTO webhook_attempts VALUES ('j1', 2, 3, 9000, 503, 'HTTP 503', 8000)")
     conn.execute("INSERT INTO collector_tasks(task, progress, updated_ms) VALUES ('t', ?, 4)",
                  (b"\x01\x02",))  # fmt: skip
     conn.execute("INSERT INTO tracker_limiter VALUES ('direct', 'bulk', 123)")
@@ -78,6 +79,16 @@ def fill(conn: Any) -> None:
     conn.execute("INSERT INTO crawl_idempotency VALUES ('key', 'c1', 1)")
     conn.execute("INSERT INTO cluster_requests(lease, action, body, from_instance, created_ms)"
                  " VALUES ('collector:t', 'start', '{}', 'a', 1)")  # fmt: skip
+    conn.execute("INSERT INTO llm_cache VALUES ('k', 'json', 'm', '{\"a\": 1}', 10, 2, 1, 99)")
+    conn.execute("INSERT INTO jobs(id, kind, status, created_ms, expires_ms, source)"
+                 " VALUES ('x1', 'extract', 'scraping', 1, 9, X'7B7D')")  # fmt: skip
+    conn.execute("INSERT INTO extract_jobs(job_id, plan) VALUES ('x1', X'7B7D')")
+    conn.execute(
+        "INSERT INTO extract_pages VALUES ('x1', 0, 'a/', 'http://a/', 0, 0, 'done', X'7B7D', 5,"
+        " NULL)"
+    )
+    conn.execute("INSERT INTO crawl_cache VALUES ('h', 'http://a/', 5, 2, '{}')")
+    conn.execute("INSERT INTO crawl_snapshots VALUES ('http://a/', '', 5, '# A')")
 
 
 def counts(conn: Any) -> dict[str, int]:

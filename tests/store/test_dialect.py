@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.store.dialect import to_postgres
+from daemon.store.dialect import UntranslatableSql, bulk_rows, to_postgres
 
 
 @pytest.mark.parametrize(
@@ -55,15 +55,74 @@ def test_which_statements_return_rows(sql: str, rows: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    ("sql", "copy"),
+    ("sql", "bulk"),
     [
         ("INSERT INTO job_rows(job_id, n, body) VALUES (?, ?, ?)",
-         "COPY job_rows (job_id, n, body) FROM STDIN"),
+         "INSERT INTO job_rows (job_id, n, body) VALUES "),
         ("INSERT INTO t(a, b) VALUES (?, ?) ON CONFLICT DO NOTHING", None),
         ("INSERT INTO t(a, b) VALUES (?, 'x')", None),
         ("INSERT INTO t(a, b) VALUES (?, ?) RETURNING a", None),
         ("INSERT INTO t VALUES (?, ?)", None),
     ],
 )  # fmt: skip
-def test_plain_inserts_can_be_copied(sql: str, copy: str | None) -> None:
-    assert to_postgres(sql).copy == copy
+def test_plain_inserts_go_as_one_many_row_insert(sql: str, bulk: str | None) -> None:
+    assert to_postgres(sql).bulk == bulk
+
+
+def test_bulk_rows_number_every_parameter_once() -> None:
+    assert bulk_rows(2, 3) == "($1, $2), ($3, $4), ($5, $6)"
+    assert bulk_rows(1, 1) == "($1)"
+
+
+@pytest.mark.parametrize(
+    ("shared", "postgres"),
+    [
+        ("SELECT 'a -- b', '/* c */' FROM t WHERE x = ?", "SELECT 'a -- b', '/* c */' FROM t WHERE x = $1"),
+        ("SELECT 'x INDEXED BY y' FROM t INDEXED BY t_x", "SELECT 'x INDEXED BY y' FROM t"),
+        ('SELECT "indexed" FROM t WHERE a = ?', 'SELECT "indexed" FROM t WHERE a = $1'),
+        ("SELECT max (a, ?) FROM t", "SELECT GREATEST(a, $1) FROM t"),
+        ("SELECT count (*) FROM t WHERE a IN (?, ?)", "SELECT count (*) FROM t WHERE a IN ($1, $2)"),
+        ("INSERT INTO t (a) VALUES (?) ON CONFLICT (a) DO NOTHING",
+         "INSERT INTO t (a) VALUES ($1) ON CONFLICT (a) DO NOTHING"),
+        ("SELECT x FROM t WHERE EXISTS (SELECT 1) AND (a OR b)",
+         "SELECT x FROM t WHERE EXISTS (SELECT 1) AND (a OR b)"),
+        ("SELECT crawld_now_ms(), CAST(? AS INTEGER)", "SELECT crawld_now_ms(), CAST($1 AS INTEGER)"),
+        ("SELECT x FROM (VALUES (1), (?)) v(x)", "SELECT x FROM (VALUES (1), ($1)) v(x)"),
+        ("SELECT x FROM t AS v(x)", "SELECT x FROM t AS v(x)"),
+        ("INSERT INTO t(a) VALUES (?)", "INSERT INTO t(a) VALUES ($1)"),
+        ("INSERT INTO\n                t (a)\n        VALUES (?)", "INSERT INTO\n                t (a)\n        VALUES ($1)"),
+    ],
+)  # fmt: skip
+def test_what_looks_risky_but_is_not(shared: str, postgres: str) -> None:
+    assert to_postgres(shared).sql == postgres
+
+
+@pytest.mark.parametrize(
+    ("sql", "problem"),
+    [
+        ("SELECT a FROM t -- why ?\nWHERE b = ?", "a comment (--)"),
+        ("SELECT a /* ? */ FROM t WHERE b = ?", "a comment (/*)"),
+        ("SELECT a FROM t WHERE b = ?1 AND c = ?", "bare ? and numbered ?N placeholders are mixed"),
+        ("SELECT a FROM t WHERE b = ? AND c = ?2", "bare ? and numbered ?N placeholders are mixed"),
+        ("SELECT a FROM t NOT INDEXED WHERE b = ?", "INDEXED is only translated as the hint"),
+        ('SELECT a FROM t INDEXED BY "t_b" WHERE b = ?', "INDEXED is only translated as the hint"),
+        ("SELECT ifnull(a, 0) FROM t", "function ifnull() is not known"),
+        ("SELECT group_concat(a) FROM t", "function group_concat() is not known"),
+        ("SELECT a FROM t WHERE b = strftime('%s', 'now')", "function strftime() is not known"),
+        ("SELECT IIF (a, 1, 2) FROM t", "function IIF() is not known"),
+        ("SELECT a FROM t v(x)", "function v() is not known"),
+        ("SELECT a FROM tinto(x)", "function tinto() is not known"),
+    ],
+)  # fmt: skip
+def test_what_cannot_be_translated_safely_is_refused(sql: str, problem: str) -> None:
+    with pytest.raises(UntranslatableSql) as refused:
+        to_postgres(sql)
+    assert problem in str(refused.value)
+    assert str(refused.value).endswith(sql)
+    with pytest.raises(UntranslatableSql):  # not cached as translated
+        to_postgres(sql)
+
+
+def test_a_schema_change_names_tables_not_functions() -> None:
+    sql = "CREATE TABLE t(x BIGINT, y VARCHAR(10), UNIQUE (x))"
+    assert to_postgres(sql).sql == sql

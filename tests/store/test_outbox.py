@@ -8,7 +8,7 @@ import pytest
 import trio
 
 from daemon.outbox import MemoryStream, NewItem, Outbox, advance_cursor
-from daemon.store import Store, one, open_store
+from daemon.store import one, open_store
 
 
 def items(*keys: str, expires_ms: int | None = None) -> list[NewItem]:
@@ -172,27 +172,3 @@ async def test_open_store_twice_reuses_data(tmp_path: Path) -> None:
         await Outbox(store).append("s", items("a"))
     async with open_store(tmp_path / "db") as store:
         assert (await Outbox(store).state("s")).pending == 1
-
-
-async def test_a_stream_shared_by_two_processes_wakes_its_drainer_and_producer(
-    two_stores: tuple[Store, Store],
-) -> None:
-    """Cluster mode: the producer appends in one instance and the drainer acks in another; with
-    no local wake-up between them, each looks again after `poll_s`."""
-    here, there = Outbox(two_stores[0], poll_s=0.05), Outbox(two_stores[1], poll_s=0.05)
-    got: list[int] = []
-    with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-
-            async def drain() -> None:
-                while len(got) < 6:
-                    batch = await there.next_batch("queue:x", 10)
-                    got.extend(item.seq for item in batch)
-                    await there.ack("queue:x", batch[-1].seq)
-
-            nursery.start_soon(drain)
-            await trio.sleep(0.1)  # the drainer waits on an empty stream
-            for n in range(3):
-                await here.append("queue:x", [NewItem(key=f"k{n}{i}", body=b"x") for i in range(2)])
-                await here.wait_pending_below("queue:x", 1)  # acked in the other process
-    assert got == [1, 2, 3, 4, 5, 6]

@@ -386,7 +386,7 @@ def test_check_config_secrets_reports_the_server(
 async def test_a_second_instance_of_one_name_on_a_schema_refuses_naming_the_first(
     pg_schema: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from daemon import config
+    from daemon import settings as config
     from daemon.app import run_daemon
     from daemon.systemd import Notifier
     from tests.conftest import serve_daemon
@@ -449,7 +449,7 @@ async def test_the_writer_ends_a_transaction_left_idle_by_a_paused_process(
 ) -> None:
     """A cluster member paused mid-transaction would hold its row locks, and every other member's
     writer with them: the server ends such a transaction after a third of the lease."""
-    from daemon import config
+    from daemon import settings as config
 
     dsn, schema = pg_schema
     monkeypatch.setenv("CRAWLD_TEST_IDLE_DSN", dsn)

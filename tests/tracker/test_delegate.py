@@ -11,6 +11,7 @@ import trio
 
 from daemon.clock import EpochClock, trio_epoch_clock
 from daemon.store import Store
+from daemon.tracker import limiter_store
 from daemon.tracker.bilibili import NoProxyAvailable, UpstreamError
 from daemon.tracker.config import Limit, ProxyConfig
 from daemon.tracker.delegate import NetworkDelegate
@@ -252,3 +253,43 @@ async def test_state_survives_a_clean_restart_and_is_conservative_after_a_crash(
     await third.load_state(store)
     assert all(w["fill"] == 1 for w in third.status()[0]["limits"])
     assert not third._proxies["a"].limiter.try_acquire(third.clock(), bulk=False)
+
+
+async def test_a_refused_shared_proxy_gets_room_again_once_its_windows_pass(store: Store) -> None:
+    """A -412 through a proxy shared in the store is charged there by the next count of its
+    room, not left for a reservation a tick without room would never make (the proxy would
+    have no room for good, and the instance would stop claiming)."""
+    answers = [412]
+
+    async def handle(request: httpx.Request) -> httpx.Response:
+        if answers:
+            return httpx.Response(200, json={"statusCode": answers.pop(), "body": "{}"})
+        return httpx.Response(200, json={"statusCode": 200, "body": "{}"})
+
+    proxy = ProxyConfig(
+        name="r1",
+        kind="relay",
+        url="http://relay.invalid/r1",
+        limits=[Limit(requests=100, per=1)],
+        bulk_limits=[Limit(requests=5, per=1)],
+    )
+    delegate = NetworkDelegate(
+        [proxy],
+        clock=trio_epoch_clock(START_MS),
+        http=httpx.AsyncClient(transport=httpx.MockTransport(handle)),
+        shared=store,
+        instance="a",
+    )
+    windows = delegate._proxies["r1"].limiter.applicable(True)
+    await store.write(lambda c: limiter_store.reserve(c, "r1", windows, now_ms=0))  # idle
+    assert await delegate.room("bulk", 100, 100) == 4  # the burst (a margin kept unused)
+    with pytest.raises(UpstreamError) as refused:
+        await delegate.request(URL, "bulk")
+    assert refused.value.status == 412
+    assert await delegate.room("bulk", 100, 100) == 0  # its windows count as spent now
+    assert await delegate.room("bulk", 5000, 100) > 0  # and pass: ticks claim again
+    stored = await store.read(
+        lambda c: dict(c.execute("SELECT limit_key, tat_ms FROM tracker_limiter").fetchall())
+    )
+    now = await store.read(lambda c: c.execute("SELECT crawld_now_ms()").fetchone()[0])
+    assert stored and all(tat >= now for tat in stored.values())  # charged in the store

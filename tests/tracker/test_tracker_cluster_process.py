@@ -152,9 +152,10 @@ async def test_three_instances_share_the_relay_and_take_over_a_killed_ones_sched
                 procs["c"].send_signal(signal.SIGCONT)
             assert paused
             # (liveness, not speed: a claims them as its relay's room allows)
-            with trio.fail_after(60):
+            with trio.move_on_after(60):
                 while (await claimants(db, paused)) != {"a"}:
                     await trio.sleep(0.05)
+            assert await claimants(db, paused) == {"a"}, (sim.rejected_by_client, sim.requests)
             procs["c"].send_signal(signal.SIGCONT)
 
             await wait_snapshotted(db, now, SONGS, 90)
@@ -167,6 +168,10 @@ async def test_three_instances_share_the_relay_and_take_over_a_killed_ones_sched
             for name in "ac":
                 procs[name].send_signal(signal.SIGTERM)
                 await procs[name].wait()
+    except BaseException:
+        for log in sorted(tmp_path.glob("?.log")):  # noqa: ASYNC240 (each instance's log)
+            print(f"--- {log.name}\n" + log.read_text()[-6000:])
+        raise
     finally:
         for proc in procs.values():
             if proc.returncode is None:
@@ -192,7 +197,9 @@ async def test_three_instances_share_the_relay_and_take_over_a_killed_ones_sched
     # one discovery pass at the start and at most one after the failover: a singleton
     assert sim.requests["newlist"] <= 2
     assert {holder for _, holder in leases} <= {"a", "c"}
-    assert await claimants(db, paused) == {"a"}
+    # (what c held when paused was taken over by a, checked above; once c is back it may claim
+    # some again after a hands them back for want of room: assert_snapshotted_once is the check
+    # that c stored nothing for what was taken from it)
     stale = re.search(r"^crawld_tracker_stale_finishes_total(?:\{[^}]*\})? (\S+)", metrics, re.M)
     print(
         f"orphans={len(orphans)} taken over in {took_ms} ms; paused={len(paused)},"

@@ -104,12 +104,16 @@ async def start(
 
 
 async def read(db: Path | PostgresBackend, sql: str, *args: Any) -> list[Any]:
-    store = Store(db, readers=1)
-    store.backend.open_readers()
+    """Rows of `sql`, through a store of its own. Opening and closing it (connections, on
+    PostgreSQL) happen in a worker thread: the simulator the instances talk to runs on this
+    trio thread, and a test polling this every few milliseconds would otherwise hold it up."""
+    store = await trio.to_thread.run_sync(lambda: Store(db, readers=1))
     try:
+        await trio.to_thread.run_sync(store.backend.open_readers)
         return await store.read(lambda c: c.execute(sql, args).fetchall())
     finally:
-        store.close()
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(store.close)
 
 
 async def wait_snapshotted(

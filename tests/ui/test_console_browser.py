@@ -28,7 +28,7 @@ from tests.ui.conftest import ARTIFACTS, DAY_MS, KEY, StartDaemon, add_video, ba
 
 PAGES = ["overview", "collector", "jobs", "tracker", "crawl"]
 DOCS = {"console-overview", "console-video"}
-"""The screenshots the README shows (CRAWLD_UI_DOCS=1 copies them to docs/)."""
+"""The screenshots the console docs show (CRAWLD_UI_DOCS=1 copies them to docs/)."""
 HOSTILE = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 
 

@@ -1,10 +1,11 @@
-# RabbitMQ through aiormq, which is asyncio-only, in a trio daemon. aiormq runs on a plain asyncio
-# loop in a thread of its own (`daemon.asyncio_thread`): trio hands over one call per unit of work
-# (a window of publishes, a take, a declare), never one per message. Everything asyncio lives in
-# this module's `_aio_*` functions and in `broker_publish` (a window of publishes as one write),
-# which only ever run on that thread; the rest of the project
-# sees plain trio functions and never imports aiormq. The rules (properties, URLs, backoff, how
-# per-message outcomes become one error, how the confirm window is cut) are in `broker_rules`.
+# The broker client: RabbitMQ through aiormq, which is asyncio-only, in a trio daemon. aiormq runs
+# on a plain asyncio loop in a thread of its own (daemon/broker/asyncio_thread.py): trio hands
+# over one call per unit of work (a window of publishes, a take, a declare), never one per
+# message. Everything asyncio lives in daemon/broker/aio.py and daemon/broker/publish.py (a
+# window of publishes as one write), which only ever run on that thread; this module and the
+# rest of the project are plain trio and never touch an aiormq object. The rules (properties,
+# URLs, backoff, how per-message outcomes become one error, how the confirm window is cut) are
+# in daemon/broker/rules.py.
 #
 # Contract for publishing: `start_publish` sends a batch and returns a handle at once; the
 # handle's `confirmed()` returns only when the broker confirmed EVERY message of the batch, and
@@ -18,13 +19,10 @@
 # fails every batch still waiting for confirms at once (their asyncio tasks are cancelled), so the
 # drainer re-sends right after the reconnect instead of waiting out the confirm timeout. Calls
 # never block on a dead connection: they wait a bounded time for a live one, then raise.
-#
-# aiormq's own logger is routed to ours at debug: crawld logs each event once, in one line.
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import random
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -32,227 +30,39 @@ from typing import Any, TypeVar
 
 import aiormq
 import trio
-from aiormq.abc import AbstractChannel, AbstractConnection, DeliveredMessage
+from aiormq.abc import AbstractChannel, AbstractConnection
 
-from daemon import broker_publish
-from daemon.asyncio_thread import AsyncioThread, Call, LoopClosed, open_asyncio_thread
-from daemon.broker_rules import (
+from daemon.broker import aio
+from daemon.broker import publish as window
+from daemon.broker.asyncio_thread import AsyncioThread, Call, LoopClosed, open_asyncio_thread
+from daemon.broker.rules import (
     BrokerError,
     BrokerSettings,
     BrokerUnavailable,
     OutgoingMessage,
-    PublishFailed,
-    QueueType,
     ReceivedMessage,
     amqp_url,
     backoff,
-    declare_arguments,
     describe,
     message_properties,
     publish_failed,
     received,
     redact_url,
     sort_failures,
-    split_password,
     unique_by_message_id,
     warn_connect_failure,
 )
 from daemon.logs import get_logger
 
-__all__ = [
-    "AmqpBroker",
-    "BrokerError",
-    "BrokerSettings",
-    "BrokerUnavailable",
-    "OutgoingMessage",
-    "PublishFailed",
-    "Publishing",
-    "ReceivedMessage",
-    "amqp_url",
-    "backoff",
-    "declare_arguments",
-    "delete_queue",
-    "message_properties",
-    "open_amqp_broker",
-    "probe",
-    "redact_url",
-    "route_client_logs",
-    "split_password",
-    "unique_by_message_id",
-]
-
 log = get_logger("broker")
 
 T = TypeVar("T")
-
-_UNBOUNDED = 0
-"""Channel frame buffer size. aiormq's default (10) lets frames still arriving for a channel
-being closed (deliveries, confirms) fill its buffer and stall the connection's only reader,
-and with it every other channel. Incoming frames are bounded anyway: by prefetch on the admin
-channel, by the publishes in flight on the confirm channel."""
 
 _TAKE_IDLE = 0.1
 """Seconds `get` waits for the next delivery before settling for fewer than asked."""
 
 _STABLE_AFTER = 10.0
 """Seconds a connection must live before a loss restarts the backoff from its first step."""
-
-
-# ---------------------------------------------------------------------------------------------
-# aiormq's logger
-
-
-class _ToDebug(logging.Handler):
-    """Re-emits aiormq's records as one debug line each on our logger, without tracebacks."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        error = None
-        if record.exc_info and record.exc_info[1] is not None:
-            error = describe(record.exc_info[1])
-        try:
-            message = record.getMessage()
-        except Exception:  # a bad format string in a library message must not raise here
-            message = str(record.msg)
-        log.debug(f"aiormq: {message}", level=record.levelname, error=error)
-
-
-def route_client_logs() -> None:
-    """Send aiormq's (and pamqp's) log records to crawld's broker logger at debug level: the
-    broker client already logs what happened once, in one line (idempotent)."""
-    for name in ("aiormq", "pamqp"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(h, _ToDebug) for h in logger.handlers):
-            logger.addHandler(_ToDebug())
-        logger.propagate = False
-
-
-# ---------------------------------------------------------------------------------------------
-# asyncio side: every function here runs as an asyncio task on the broker's loop thread.
-
-
-async def _aio_connect(
-    url: str, queue: str, queue_type: QueueType, timeout: float
-) -> tuple[AbstractConnection, AbstractChannel, AbstractChannel, bool]:
-    async with asyncio.timeout(timeout):
-        connection = await aiormq.connect(url)
-        try:
-            publish = await connection.channel(
-                publisher_confirms=True, on_return_raises=True, frame_buffer_size=_UNBOUNDED
-            )
-            admin = await connection.channel(publisher_confirms=False, frame_buffer_size=_UNBOUNDED)
-            await admin.queue_declare(queue, durable=True, arguments=declare_arguments(queue_type))
-        except BaseException:
-            await _aio_close_connection(connection)
-            raise
-    return connection, publish, admin, broker_publish.supports(publish)
-
-
-async def _aio_close_connection(connection: AbstractConnection) -> None:
-    with contextlib.suppress(Exception):
-        async with asyncio.timeout(2):
-            await connection.close()
-
-
-async def _aio_close_channel(channel: AbstractChannel) -> None:
-    with contextlib.suppress(Exception):
-        async with asyncio.timeout(2):
-            await channel.close()
-
-
-async def _aio_open_channel(connection: AbstractConnection, timeout: float) -> AbstractChannel:
-    return await connection.channel(
-        publisher_confirms=False, frame_buffer_size=_UNBOUNDED, timeout=timeout
-    )
-
-
-async def _aio_wait_closed(connection: AbstractConnection, channel: AbstractChannel) -> str:
-    # Each `closing` access is an independent observer; cancelling one only stops watching.
-    observers = [connection.closing, channel.closing]
-    try:
-        done, _ = await asyncio.wait(observers, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for observer in observers:
-            observer.cancel()
-    future = done.pop()
-    if future.cancelled():
-        return "connection closed"
-    exc = future.exception()
-    return describe(exc) if exc is not None else "connection closed"
-
-
-async def _aio_take(
-    channel: AbstractChannel, queue: str, count: int, timeout: float, idle: float
-) -> list[DeliveredMessage]:
-    # One basic.get per message costs a round trip each (about 1 ms here, so seconds for 1000,
-    # long enough for an HTTP client to give up after we acked). Instead: a consumer limited by
-    # prefetch to the messages ready now, cancelled once they arrived (or nothing came for
-    # `idle` seconds: expired messages behind the head still count as ready), then one ack.
-    async with asyncio.timeout(timeout):
-        ready = await channel.queue_declare(queue, passive=True)
-        want = min(count, int(ready.message_count or 0), 65535) if ready else 0
-        if want == 0:
-            return []
-        taken: list[DeliveredMessage] = []
-        arrived = asyncio.Event()
-
-        async def on_message(message: DeliveredMessage) -> None:
-            taken.append(message)
-            arrived.set()
-
-        await channel.basic_qos(prefetch_count=want)
-        consume = await channel.basic_consume(queue, on_message, no_ack=False)
-        while len(taken) < want:
-            arrived.clear()
-            try:
-                async with asyncio.timeout(idle):
-                    await arrived.wait()
-            except TimeoutError:
-                break
-        assert consume.consumer_tag is not None
-        await channel.basic_cancel(consume.consumer_tag)
-        await asyncio.sleep(0)  # let callbacks for deliveries before Basic.CancelOk finish
-        if not taken:
-            return []
-        taken.sort(key=lambda message: message.delivery_tag or 0)
-        last = taken[-1].delivery_tag
-        assert last is not None
-        # wait=False only queues the frame, so no cancellation can land between "acked" and
-        # "returned to the caller".
-        await channel.basic_ack(last, multiple=True, wait=False)
-    return taken
-
-
-async def _aio_declare(
-    channel: AbstractChannel, queue: str, queue_type: QueueType, passive: bool, timeout: float
-) -> int:
-    if passive:
-        ok = await channel.queue_declare(queue, passive=True, timeout=timeout)
-    else:
-        ok = await channel.queue_declare(
-            queue, durable=True, arguments=declare_arguments(queue_type), timeout=timeout
-        )
-    assert ok is not None
-    return int(ok.message_count or 0)
-
-
-async def _aio_delete_queue(url: str, queue: str, timeout: float) -> None:
-    async with asyncio.timeout(timeout):
-        connection = await aiormq.connect(url)
-        try:
-            channel = await connection.channel(publisher_confirms=False)
-            await channel.queue_delete(queue)
-        finally:
-            await _aio_close_connection(connection)
-
-
-async def _aio_probe(url: str, timeout: float) -> None:
-    async with asyncio.timeout(timeout):
-        connection = await aiormq.connect(url)
-        await _aio_close_connection(connection)
-
-
-# ---------------------------------------------------------------------------------------------
-# trio side
 
 
 @dataclass(eq=False)
@@ -268,7 +78,8 @@ class _Link:
     publishing: set[Call[list[BaseException | None]]] = field(default_factory=set)
     """Publish calls waiting for confirms: all cancelled at once when the connection is lost."""
     windowed: bool = True
-    """Publish a batch as one write (`broker_publish`), else one basic_publish per message."""
+    """Publish a batch as one write (daemon/broker/publish.py), else one basic_publish per
+    message."""
 
 
 class Publishing:
@@ -380,7 +191,7 @@ class AmqpBroker:
         bodies = [message.body for message in batch]
         try:
             call = self._thread.submit(
-                broker_publish.publish_window if link.windowed else broker_publish.publish_each,
+                window.publish_window if link.windowed else window.publish_each,
                 link.publish,
                 self.settings.queue,
                 properties,
@@ -417,7 +228,7 @@ class AmqpBroker:
             channel = await self._admin_channel(link)
             try:
                 delivered = await self._aio(
-                    _aio_take,
+                    aio.take,
                     channel,
                     self.settings.queue,
                     count,
@@ -499,7 +310,7 @@ class AmqpBroker:
         if link.admin is None or link.admin.is_closed:
             try:
                 link.admin = await self._aio(
-                    _aio_open_channel, link.connection, self.settings.operation_timeout
+                    aio.open_channel, link.connection, self.settings.operation_timeout
                 )
             except Exception as exc:
                 raise self._unavailable(link, exc, "open channel") from exc
@@ -509,7 +320,7 @@ class AmqpBroker:
         if link.admin is channel:
             link.admin = None
         with trio.move_on_after(3), contextlib.suppress(BrokerError):
-            await self._aio(_aio_close_channel, channel)
+            await self._aio(aio.close_channel, channel)
 
     async def _declare(self, link: _Link, *, passive: bool) -> int:
         """Declare the queue (or check it passively) and return its ready message count;
@@ -518,7 +329,7 @@ class AmqpBroker:
             channel = await self._admin_channel(link)
             try:
                 count = await self._aio(
-                    _aio_declare,
+                    aio.declare,
                     channel,
                     self.settings.queue,
                     self.settings.queue_type,
@@ -573,7 +384,7 @@ class AmqpBroker:
                 await trio.sleep(backoff(attempt, self.settings.reconnect_max, self._rng))
             try:
                 connection, publish, admin, windowed = await self._aio(
-                    _aio_connect,
+                    aio.connect,
                     self._url,
                     self.settings.queue,
                     self.settings.queue_type,
@@ -622,7 +433,7 @@ class AmqpBroker:
                     trio.move_on_after(3),
                     contextlib.suppress(BrokerError),
                 ):
-                    await self._aio(_aio_close_connection, connection)
+                    await self._aio(aio.close_connection, connection)
             self.last_error = link.reason
             log.warning("RabbitMQ connection lost; reconnecting", url=self.url, error=link.reason)
             # A connection that dies right after opening keeps backing off instead of flapping.
@@ -632,7 +443,7 @@ class AmqpBroker:
     async def _watch(self, link: _Link) -> None:
         async def observe() -> None:
             try:
-                reason = await self._aio(_aio_wait_closed, link.connection, link.publish)
+                reason = await self._aio(aio.wait_closed, link.connection, link.publish)
             except BrokerError as exc:
                 reason = str(exc)
             self._lose(link, reason)
@@ -649,7 +460,7 @@ class AmqpBroker:
         if link is not None:
             self._lose(link, "closed")
             with trio.move_on_after(3), contextlib.suppress(BrokerError):
-                await self._aio(_aio_close_connection, link.connection)
+                await self._aio(aio.close_connection, link.connection)
 
 
 @contextlib.asynccontextmanager
@@ -658,7 +469,7 @@ async def open_amqp_broker(
 ) -> AsyncIterator[AmqpBroker]:
     """Run a broker client for the block. It connects in the background (entering never
     blocks on RabbitMQ); leaving closes the connection, then the asyncio thread."""
-    route_client_logs()
+    aio.route_client_logs()
     sole: BaseException | None = None
     try:
         async with open_asyncio_thread("crawld-amqp") as thread:
@@ -697,30 +508,3 @@ def _sole_exception(group: BaseExceptionGroup[BaseException]) -> BaseException |
             return None
         exc = exc.exceptions[0]
     return exc
-
-
-async def probe(url: str, *, timeout: float = 3.0) -> None:
-    """Open and close one AMQP connection; raises BrokerUnavailable if that fails."""
-    error = await _run_alone(_aio_probe, url, timeout)
-    if error is not None:
-        raise BrokerUnavailable(f"{redact_url(url)}: {describe(error)}") from error
-
-
-async def delete_queue(url: str, queue: str, *, timeout: float = 5.0) -> None:
-    """Delete `queue` (absent is fine), over a connection of its own. For tests and tools."""
-    error = await _run_alone(_aio_delete_queue, url, queue, timeout)
-    if error is not None:
-        raise BrokerUnavailable(f"delete queue {queue!r}: {describe(error)}") from error
-
-
-async def _run_alone(
-    fn: Callable[..., Coroutine[Any, Any, None]], *args: Any
-) -> BaseException | None:
-    """Run one asyncio helper on a loop thread of its own; return its error instead of raising."""
-    route_client_logs()
-    async with open_asyncio_thread("crawld-amqp-once") as thread:
-        try:
-            await thread.run(fn, *args)
-        except (Exception, asyncio.CancelledError) as exc:
-            return exc
-    return None

@@ -3,7 +3,7 @@
 # loop pays a trio checkpoint, a cancel scope and a channel receive for every asyncio callback and
 # aiormq makes several per message. Here asyncio runs at its own speed and trio pays one hand-over
 # per call: a call is a whole unit of work (a window of publishes, a take of N messages), not a
-# message. The README's "Why the AMQP client runs on its own asyncio thread" has the figures.
+# message. docs/explanations/amqp-thread.md has the figures.
 #
 # Rules: every asyncio object lives on the loop's thread and is only touched by coroutines
 # submitted here; trio waits for a call's outcome without blocking; a trio cancel cancels the

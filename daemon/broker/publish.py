@@ -3,9 +3,9 @@
 # aiormq's `basic_publish` is one coroutine per message: a task to run it concurrently, a timeout
 # scope, the channel lock, a confirmation future with its callbacks, a frame queued for the writer
 # task and a socket write, each time. On this project's 2-core target that is most of the CPU a
-# published row costs (the README's "Why the AMQP client runs on its own asyncio thread" has the
-# figures). `publish_window` does the same work once per window, on aiormq's own channel and with
-# aiormq's own confirm bookkeeping:
+# published row costs (docs/explanations/amqp-thread.md has the figures). `publish_window` does
+# the same work once per window, on aiormq's own channel and with aiormq's own confirm
+# bookkeeping:
 #
 # - under the channel lock that `basic_publish` takes, it numbers the messages with the channel's
 #   delivery tags and registers one confirmation per message in `channel.confirmations`, which is

@@ -1,5 +1,7 @@
-# Webhook URLs come from users, so a request must never reach the daemon's own network (cloud
-# metadata at 169.254.169.254, loopback admin ports, private services). The guard resolves the
+# The SSRF guard for every outbound request whose URL a user chose (webhooks, crawl fetches and
+# their redirects, proxies): such a request must never reach the daemon's own network (cloud
+# metadata at 169.254.169.254, loopback admin ports, private services). It lives in `net`, not in
+# one area, because every area that fetches on a user's behalf calls it. The guard resolves the
 # host once, drops every address in a blocked range (after unwrapping IPv4 embedded in IPv6:
 # mapped, compatible, 6to4, NAT64, Teredo), and then connects to the address it vetted, so DNS
 # rebinding between check and connect cannot happen. It fails closed: no address, no request.
@@ -40,7 +42,7 @@ import httpx
 import msgspec
 import trio
 
-from daemon.jobs.connections import HostConnections
+from daemon.net.connections import HostConnections
 from daemon.net.ttlcache import TtlCache
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -432,7 +434,7 @@ def new_transport(
     *, max_connections: int = 100, verify: ssl.SSLContext | bool = True
 ) -> HostConnections:
     """Keep-alive connections to ONE destination host for `send_vetted` (see
-    daemon/jobs/connections.py; the caller caps the requests in flight, `max_connections` is how
+    daemon/net/connections.py; the caller caps the requests in flight, `max_connections` is how
     many stay open idle): no proxies. `verify=True` loads the CA certificates (tens of ms: build it
     off the event loop); `verify=False` skips that for a host that never sees https (should it
     ever, httpcore's default context checks certificates). Close it with `aclose()`."""

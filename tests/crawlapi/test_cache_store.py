@@ -1,0 +1,112 @@
+"""The document cache's store half on both backends: the age window a plan may read, one row
+per key, deletion by URL prefix, and the prune that keeps age, entry and byte bounds (oldest
+first); plus the pure rules of what a request may read and write."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daemon.crawl import cache_rules as rules
+from daemon.crawl.cache import Cached, DocumentCache
+from daemon.crawl.config import CacheConfig
+from daemon.store import Store
+
+DAY = 86_400_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 100 * DAY
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def page(text: str = "x") -> Cached:
+    return Cached(document={"markdown": text, "metadata": {"statusCode": 200}}, links=["l"],
+                  final_url="http://a.test/final", status_code=200, content_type="text/html",
+                  engine="http")  # fmt: skip
+
+
+def plan(**options: Any) -> rules.CachePlan:
+    return rules.cache_plan({"formats": ["markdown"], **options})
+
+
+async def test_window_one_row_per_key_and_prefix_delete(store: Store) -> None:
+    clock = Clock()
+    cache = DocumentCache(CacheConfig(), store, clock)
+    await cache.remember("http://a.test/1", plan(), page("old"))
+    clock.ms += 1000
+    await cache.remember("http://a.test/1", plan(), page("new"))
+    hit = await cache.lookup("http://a.test/1#frag", plan())
+    assert hit is not None and hit.page.document["markdown"] == "new" and hit.created_ms == clock.ms
+    assert hit.page.links == ["l"] and hit.page.final_url == "http://a.test/final"
+    assert await cache.lookup("http://a.test/1", plan(onlyMainContent=False)) is None
+    clock.ms += 3 * DAY
+    assert await cache.lookup("http://a.test/1", plan()) is None  # older than 2 days
+    assert await cache.lookup("http://a.test/1", plan(maxAge=4 * DAY)) is not None
+    assert await cache.lookup("http://a.test/1", plan(minAge=4 * DAY)) is None
+    assert await cache.lookup("http://a.test/1", plan(lockdown=True)) is not None
+    await cache.remember("http://a.test/2", plan(), page())
+    await cache.remember("http://b.test/1", plan(), page())
+    assert (await cache.status())["entries"] == 3
+    assert await cache.delete("http://a.test/") == 2
+    assert (await cache.status())["entries"] == 1
+    assert (cache.hits, cache.misses) == (3, 3)
+
+
+async def test_prune_keeps_the_bounds_oldest_first(store: Store) -> None:
+    clock = Clock()
+    cfg = CacheConfig(max_entries=3, max_bytes=1024 * 1024)
+    cache = DocumentCache(cfg, store, clock)
+    for i in range(6):
+        clock.ms += 1000
+        await cache.remember(f"http://a.test/{i}", plan(), page())
+    assert await cache.prune() == 3
+    kept = [i for i in range(6) if await cache.lookup(f"http://a.test/{i}", plan()) is not None]
+    assert kept == [3, 4, 5]
+    big = "y" * 400_000
+    cache.configure(CacheConfig(max_entries=100, max_bytes=1024 * 1024))
+    for i in range(3):
+        clock.ms += 1000
+        await cache.remember(f"http://big.test/{i}", plan(), page(big))
+    assert await cache.prune() == 4  # three small and the oldest big one: under 1 MiB again
+    status = await cache.status()
+    assert status["entries"] == 2 and status["bytes"] <= 1024 * 1024
+    clock.ms += 31 * DAY  # beyond max_age: everything goes
+    assert await cache.prune() == 2 and (await cache.status())["entries"] == 0
+
+
+async def test_disabled_cache_neither_reads_nor_writes(store: Store) -> None:
+    cache = DocumentCache(CacheConfig(enabled=False), store, Clock())
+    await cache.remember("http://a.test/", plan(), page())
+    assert await cache.lookup("http://a.test/", plan()) is None
+    assert (await cache.status())["entries"] == 0
+
+
+def test_what_a_request_may_read_and_write() -> None:
+    default = plan()
+    assert (default.read, default.write, default.max_age_ms, default.only) == (
+        True, True, rules.DEFAULT_MAX_AGE_MS, None)  # fmt: skip
+    assert not plan(maxAge=0).read and plan(maxAge=0).write
+    assert plan(minAge=1).only == rules.NO_CACHED_DATA
+    locked = plan(lockdown=True)
+    assert (locked.only, locked.write, locked.max_age_ms) == (
+        rules.LOCKDOWN_MISS, False, rules.LOCKDOWN_MAX_AGE_MS)  # fmt: skip
+    assert not plan(storeInCache=False).write and plan(storeInCache=False).read
+    assert not rules.cache_plan({"formats": ["markdown"]}, zero_data_retention=True).write
+    for excluded in ({"headers": {"A": "1"}}, {"actions": [{"type": "wait"}]},
+                     {"formats": ["markdown", {"type": "changeTracking"}]},
+                     {"parsers": [{"type": "pdf", "maxPages": 2}]}):  # fmt: skip
+        options = {"formats": ["markdown"], **excluded}
+        assert rules.uncacheable(options) is not None, excluded
+        p = rules.cache_plan(options)
+        assert not p.read and not p.write
+    assert rules.cache_key("http://a.test/", plan(timeout=5000, maxAge=1)) == rules.cache_key(
+        "http://a.test/#x", plan()
+    )
+    assert rules.storable(200, {"markdown": "x"}) and not rules.storable(404, {})
+    assert not rules.storable(200, {"warning": "JSON extraction failed: LLM_TIMEOUT: …"})
+    json_a = plan(formats=[{"type": "json", "prompt": "a"}])
+    json_b = plan(formats=[{"type": "json", "prompt": "b"}])
+    assert rules.cache_key("http://a.test/", json_a) != rules.cache_key("http://a.test/", json_b)
