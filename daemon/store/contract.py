@@ -70,6 +70,12 @@ class Backend(Protocol):
         (None: no other process shares this store)."""
         ...
 
+    async def guard(self, busy_since: Callable[[], float | None]) -> None:
+        """Until cancelled, keep other processes' stalled transactions from holding the writer
+        up for good (`busy_since`: the `time.monotonic()` start of the writer's current group,
+        None when idle); returns at once when no other process shares this store."""
+        ...
+
     async def listen(self, wakeups: Wakeups) -> None:
         """Receive other processes' wake-ups into `wakeups` until cancelled (returns at once
         when no other process shares this store)."""

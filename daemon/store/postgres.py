@@ -36,7 +36,7 @@ from psycopg.types.numeric import Int8Dumper
 from psycopg.types.string import StrDumper
 
 from daemon.logs import get_logger
-from daemon.store import pglisten
+from daemon.store import pglisten, pgstalled
 from daemon.store.dialect import bulk_inserts, to_postgres
 from daemon.store.errors import StoreUnavailable
 from daemon.store.migrations import shipped
@@ -373,6 +373,24 @@ class PostgresBackend:
             lambda: self.writer_pid,
             reconnect_max=self.reconnect_max,
         )
+
+    async def guard(self, busy_since: Callable[[], float | None]) -> None:
+        """Until cancelled: end other crawld processes' stalled sessions that hold the writer up
+        (daemon/store/pgstalled.py); returns at once without `idle_in_transaction_ms`."""
+        if self.idle_in_transaction_ms:
+            await pgstalled.guard(
+                busy_since,
+                self._end_stalled,
+                self.idle_in_transaction_ms,
+                (psycopg.OperationalError, psycopg_pool.PoolTimeout),
+            )
+
+    def _end_stalled(self) -> list[pgstalled.Stalled]:
+        pid, pool, after_ms = self.writer_pid, self._pool, self.idle_in_transaction_ms
+        if pid is None or pool is None or not after_ms:
+            return []
+        with pool.connection(timeout=self.connect_timeout) as raw:
+            return pgstalled.end_stalled(raw, pid, application_name(self.schema), after_ms)
 
     def halt(self) -> None:
         """The store stops: a writer waiting to reconnect gives up."""

@@ -180,6 +180,9 @@ class SqliteBackend:
     async def listen(self, wakeups: Any) -> None:
         """Nothing to listen to: no other process writes this file."""
 
+    async def guard(self, busy_since: Any) -> None:
+        """Nothing to guard: no other process holds this file's locks for long (busy_timeout)."""
+
     def close(self, writer: apsw.Connection) -> None:
         with contextlib.suppress(apsw.Error):
             writer.execute("pragma optimize")

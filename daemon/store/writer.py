@@ -149,6 +149,8 @@ class Store:
         self._token: trio.lowlevel.TrioToken | None = None
         self._reader_limiter = trio.CapacityLimiter(target.readers)
         self._writer_limiter = trio.CapacityLimiter(1)
+        self.busy_since: float | None = None
+        """`time.monotonic()` when the writer thread started its current group (None: idle)."""
         self._stopping = False
         self._inline_stopped = trio.Event()
         self._closed = False
@@ -246,6 +248,7 @@ class Store:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._flush_loop)
             nursery.start_soon(self.backend.listen, self.wakeups)
+            nursery.start_soon(self.backend.guard, lambda: self.busy_since)
             if self.backend.probe_every is not None:
                 nursery.start_soon(self._probe_loop, self.backend.probe_every)
             try:
@@ -331,6 +334,7 @@ class Store:
                 batch += more
             for start in range(0, len(batch), limit):
                 group = batch[start : start + limit] if len(batch) > limit else batch
+                self.busy_since = time.monotonic()
                 try:
                     self._commit_group(group)
                 except BaseException as exc:  # a job raised past Exception: fail its group, go on
@@ -341,6 +345,8 @@ class Store:
                     for job in group:
                         job.result = None
                         job.error = job.error or exc
+                finally:
+                    self.busy_since = None
                 token.run_sync_soon(self._deliver, group)
 
     def _deliver(self, batch: list[_WriteJob]) -> None:

@@ -464,3 +464,92 @@ async def test_the_writer_ends_a_transaction_left_idle_by_a_paused_process(
         assert value == "1s"
     finally:
         conn.raw.close()
+
+
+def _paused_mid_exchange(dsn: str, schema: str, name: str, key: str) -> psycopg.Connection[Any]:
+    """A session whose client sent `BEGIN` and an insert of tracker_limiter row ('r1', `key`)
+    but not the Sync that ends the exchange, as a process paused between two sends leaves it:
+    `active`, waiting on its client, its idle-in-transaction timeout (300 ms) never armed."""
+    conn = psycopg.connect(dsn, autocommit=True, application_name=name)
+    conn.execute("SELECT set_config('search_path', %s, false)", (schema,))
+    conn.execute("SET idle_in_transaction_session_timeout = '300ms'")
+    pg = conn.pgconn
+    pg.enter_pipeline_mode()
+    pg.send_query_params(b"BEGIN", None)
+    insert = f"INSERT INTO tracker_limiter VALUES ('r1', '{key}', 1)"
+    pg.send_query_params(insert.encode(), None)
+    pg.send_flush_request()
+    while pg.flush():
+        pass
+    return conn
+
+
+async def _session(dsn: str, name: str) -> tuple[Any, ...] | None:
+    def read() -> tuple[Any, ...] | None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            return conn.execute(
+                "SELECT state, wait_event, pg_blocking_pids(pid) FROM pg_stat_activity"
+                " WHERE application_name = %s",
+                (name,),
+            ).fetchone()
+
+    return await trio.to_thread.run_sync(read)
+
+
+async def _pids(dsn: str) -> set[int]:
+    def read() -> set[int]:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            return {pid for (pid,) in conn.execute("SELECT pid FROM pg_stat_activity")}
+
+    return await trio.to_thread.run_sync(read)
+
+
+async def test_a_writer_held_up_by_a_session_paused_mid_exchange_ends_it(
+    pg_clean_schema: tuple[str, str],
+) -> None:
+    """A crawld process paused between a statement and its Sync holds its row locks where no
+    server timeout applies, and every writer that needs them waits: a writer held up longer
+    than its idle timeout ends such a session of crawld's on the same schema, never one of
+    another program."""
+    from daemon.store.postgres import application_name
+
+    dsn, schema = pg_clean_schema
+    upsert = (
+        "INSERT INTO tracker_limiter VALUES ('r1', ?, 5)"
+        " ON CONFLICT (proxy, limit_key) DO UPDATE SET tat_ms = tracker_limiter.tat_ms + 5"
+    )
+    tat = "SELECT tat_ms FROM tracker_limiter WHERE limit_key = ?"
+    async with open_store(pg_backend(dsn, schema, idle_in_transaction_ms=300)) as store:
+        # another program's session: waited for, however long (here until it is closed)
+        other = await trio.to_thread.run_sync(
+            _paused_mid_exchange, dsn, schema, "someone else", "a"
+        )
+        done = trio.Event()
+
+        async def write_a() -> None:
+            await store.write(lambda c: c.execute(upsert, ("a",)))
+            done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(write_a)
+            with trio.fail_after(10):
+                while not (found := await _session(dsn, "someone else")) or not found[0]:
+                    await trio.sleep(0.05)
+                while store.busy_since is None or time.monotonic() - store.busy_since < 1.5:
+                    await trio.sleep(0.05)
+            assert not done.is_set()
+            assert (await _session(dsn, "someone else"))[:2] == ("active", "ClientRead")  # type: ignore[index]
+            await trio.to_thread.run_sync(other.close)
+        assert await store.read(lambda c: one(c, tat, ("a",))[0]) == 5
+
+        # crawld's own kind: ended once the writer has waited 300 ms; its insert never commits
+        paused = await trio.to_thread.run_sync(
+            _paused_mid_exchange, dsn, schema, application_name(schema), "b"
+        )
+        try:
+            with trio.fail_after(10):
+                await store.write(lambda c: c.execute(upsert, ("b",)))
+            assert await store.read(lambda c: one(c, tat, ("b",))[0]) == 5
+            assert paused.info.backend_pid not in await _pids(dsn)
+        finally:
+            await trio.to_thread.run_sync(paused.close)

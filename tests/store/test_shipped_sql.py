@@ -30,6 +30,7 @@ NATIVE = {
     "daemon/store/sqlite.py": "SQLite's own statements (pragmas, its catalogue), never translated",
     "daemon/store/postgres.py": "PostgreSQL's own statements on raw psycopg connections",
     "daemon/store/pglisten.py": "PostgreSQL's own statements (LISTEN, pg_notify)",
+    "daemon/store/pgstalled.py": "PostgreSQL's own statement (pg_stat_activity, its blockers)",
 }
 """Backend modules: their statements are each backend's own, not the shared SQL."""
 
