@@ -5,6 +5,7 @@ the Octoparse simulator), tracker rows written straight into its store, and a he
 from __future__ import annotations
 
 import os
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -123,12 +124,33 @@ GONE_JOB = "00000000-0000-4000-8000-00000000a002"
 PLAIN_JOB = "00000000-0000-4000-8000-00000000a003"
 
 
-async def add_webhook_jobs(daemon: Daemon) -> None:
+SILENT_HOOK = """
+[webhooks]
+allow_cidrs = ["127.0.0.0/8"]
+timeout = "5m"
+"""
+"""The `extra` config of a daemon given `silent_hook`'s jobs: its drainers may reach the hook,
+and wait on it for longer than any test."""
+
+
+@pytest.fixture
+def silent_hook() -> Iterator[str]:
+    """The URL of a webhook endpoint that takes connections and never answers: a job's drainer
+    (the daemon's scan starts one for any job with events left, whoever stored them) stays on
+    its first event, so what the test stored is what the console shows."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        host, port = listener.getsockname()
+        yield f"http://{host}:{port}/hook"
+
+
+async def add_webhook_jobs(daemon: Daemon, hook_url: str) -> None:
     """Three crawl jobs: STUCK_JOB with 3 webhook events queued, none sent and one given up;
     GONE_JOB whose endpoint answered 410 at its first event (the other 2 skipped); PLAIN_JOB
-    without a webhook."""
+    without a webhook. `hook_url`: `silent_hook` (in a daemon started with SILENT_HOOK)."""
     assert daemon.store is not None
-    hook = WebhookSpec(url="http://127.0.0.1:9/hook")  # stored only: no drainer runs
+    hook = WebhookSpec(url=hook_url)
     now = int(time.time() * 1000)
 
     def write(conn: Any) -> None:

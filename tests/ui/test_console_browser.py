@@ -312,9 +312,11 @@ async def test_overview_draws_the_queue_hour_and_cluster_members(
     await run(second)
 
 
-async def test_jobs_show_webhook_delivery(start_daemon: StartDaemon, chromium: Browser) -> None:
-    daemon = await start_daemon()
-    await ui.add_webhook_jobs(daemon)
+async def test_jobs_show_webhook_delivery(
+    start_daemon: StartDaemon, chromium: Browser, silent_hook: str
+) -> None:
+    daemon = await start_daemon(extra=ui.SILENT_HOOK)
+    await ui.add_webhook_jobs(daemon, silent_hook)
     url = base_url(daemon) + "/ui"
 
     def check() -> None:

@@ -15,6 +15,7 @@ from tests.ui.conftest import (
     GONE_JOB,
     KEY,
     PLAIN_JOB,
+    SILENT_HOOK,
     STUCK_JOB,
     StartDaemon,
     add_video,
@@ -212,9 +213,11 @@ async def test_queue_history_counts_what_the_queue_took(start_daemon: StartDaemo
     assert "console" in [c.name for c in daemon.components]
 
 
-async def test_jobs_carry_their_webhook_delivery_state(start_daemon: StartDaemon) -> None:
-    daemon = await start_daemon()
-    await add_webhook_jobs(daemon)
+async def test_jobs_carry_their_webhook_delivery_state(
+    start_daemon: StartDaemon, silent_hook: str
+) -> None:
+    daemon = await start_daemon(extra=SILENT_HOOK)
+    await add_webhook_jobs(daemon, silent_hook)
     async with client(daemon) as http:
         jobs = {j["id"]: j for j in (await http.get("/ui/api/jobs")).json()["jobs"]}
     stuck = jobs[STUCK_JOB]["delivery"]
