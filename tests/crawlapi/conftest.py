@@ -29,7 +29,7 @@ bind = "127.0.0.1:0"
 [collector]
 enabled = false
 [webhooks]
-timeout = "500ms"
+timeout = "10s"
 retry_schedule = ["10ms", "20ms"]
 allow_cidrs = ["127.0.0.0/8"]
 [crawl]
