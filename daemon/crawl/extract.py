@@ -96,16 +96,11 @@ class ExtractService:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 wakeups = self.store.wakeups
-                created = wakeups.event(wake.CRAWLS)  # taken before each look
+                created = wakeups.event(wake.CRAWLS)  # taken before the first look
                 if found := await self._scan():
                     log.info("working on running extract jobs", jobs=found)
                 task_status.started()
-                while True:
-                    with trio.move_on_after(SCAN_S):
-                        await created.wait()
-                    created = wakeups.event(wake.CRAWLS)
-                    with contextlib.suppress(*DB_ERRORS):
-                        await self._scan()
+                await wake.rescan(wakeups, wake.CRAWLS, SCAN_S, self._scan, DB_ERRORS, created)
         finally:
             self._nursery = None
             self.runs.clear()

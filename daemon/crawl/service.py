@@ -128,16 +128,11 @@ class CrawlService:
                     await nursery.start(self.proxy.run)
                     await nursery.start(self.browser.run)
                 wakeups = self.store.wakeups
-                created = wakeups.event(wake.CRAWLS)  # taken before each look
+                created = wakeups.event(wake.CRAWLS)  # taken before the first look
                 if found := await self._scan():
                     log.info("working on running crawl jobs", jobs=found)
                 task_status.started()
-                while True:
-                    with trio.move_on_after(SCAN_S):
-                        await created.wait()
-                    created = wakeups.event(wake.CRAWLS)
-                    with contextlib.suppress(*DB_ERRORS):
-                        await self._scan()
+                await wake.rescan(wakeups, wake.CRAWLS, SCAN_S, self._scan, DB_ERRORS, created)
         finally:
             self._nursery = None
             self.runs.clear()

@@ -279,17 +279,7 @@ class LlmService:
                 content, prompt, schema, schema_in_text=mode == "json_object"
             )
             try:
-                answer = await self._post(
-                    p,
-                    rules.json_body(
-                        p.config.model,
-                        messages,
-                        mode,
-                        schema,
-                        max_tokens=p.config.max_output_tokens,
-                        temperature=p.config.temperature,
-                    ),
-                )
+                answer = await self._post(p, self._json_body(p, messages, mode, schema))
             except _ModeRefused:
                 if p.config.structured_output != "auto":
                     raise LlmError(
@@ -315,19 +305,8 @@ class LlmService:
                 {"role": "assistant", "content": (text or "")[:20_000]},
                 {"role": "user", "content": rules.REPAIR.format(problem=problem)},
             ]
-            repair_mode = "json_object" if mode == "json_object" else mode
             try:
-                answer = await self._post(
-                    p,
-                    rules.json_body(
-                        p.config.model,
-                        messages,
-                        repair_mode,
-                        schema,
-                        max_tokens=p.config.max_output_tokens,
-                        temperature=p.config.temperature,
-                    ),
-                )
+                answer = await self._post(p, self._json_body(p, messages, mode, schema))
             except _ModeRefused:
                 raise LlmError(
                     LLM_BAD_OUTPUT, f"the model's answer was unusable: {problem}"
@@ -361,6 +340,19 @@ class LlmService:
             value = value["items"]
         problem = rules.validation_problem(value, schema)
         return value, problem
+
+    @staticmethod
+    def _json_body(
+        p: Provider, messages: list[dict[str, str]], mode: str, schema: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        return rules.json_body(
+            p.config.model,
+            messages,
+            mode,
+            schema,
+            max_tokens=p.config.max_output_tokens,
+            temperature=p.config.temperature,
+        )
 
     async def _summary(self, p: Provider, content: str) -> tuple[str, Usage]:
         body = rules.json_body(

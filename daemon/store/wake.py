@@ -19,6 +19,7 @@
 #   that would not fit PostgreSQL's 8000-byte payload wakes its whole channel instead.
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
@@ -131,6 +132,25 @@ async def wait_any(*events: trio.Event) -> None:
         await trio.lowlevel.checkpoint()
         return
     await first(*(event.wait for event in events))
+
+
+async def rescan(
+    wakeups: Wakeups,
+    channel: str,
+    every_s: float,
+    scan: Callable[[], Awaitable[object]],
+    errors: tuple[type[BaseException], ...],
+    woken: trio.Event,
+) -> None:
+    """Forever: run `scan` each time `channel` fires (in any process) and at least every
+    `every_s`. `woken`: the channel's event, taken before the caller's own first scan, so a fire
+    during that scan is not missed. A scan's `errors` are dropped: the next one tries again."""
+    while True:
+        with trio.move_on_after(every_s):
+            await woken.wait()
+        woken = wakeups.event(channel)
+        with contextlib.suppress(*errors):
+            await scan()
 
 
 async def first(*waits: Callable[[], Awaitable[object]]) -> None:
