@@ -481,6 +481,12 @@ def _paused_mid_exchange(dsn: str, schema: str, name: str, key: str) -> psycopg.
     pg.send_flush_request()
     while pg.flush():
         pass
+    # both results back: the insert ran and holds its row lock (the server may otherwise still
+    # be on its way there when the caller's own write of the row starts)
+    for _ in ("BEGIN", "INSERT"):
+        result = pg.get_result()
+        assert result is not None and result.status == psycopg.pq.ExecStatus.COMMAND_OK
+        assert pg.get_result() is None
     return conn
 
 
