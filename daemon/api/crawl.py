@@ -298,31 +298,10 @@ def routes(service: CrawlService) -> list[ApiRoute]:
 
 
 def job_routes(service: CrawlService) -> list[ApiRoute]:
-    """The jobs API's routes of one job (`/v2/crawl/{id}`: status, errors, cancel), its DELETE
-    cancelling a crawl or batch through the store first (so every instance working on it stops,
-    whichever instance took the call); other jobs, unknown and finished ones are the jobs API's
-    answer. Mounted again by the batch and v1 routes under their own paths."""
-    return [_cancel_anywhere(r, service) for r in jobs_api.routes(service.jobs)]
-
-
-def cancel_route(service: CrawlService) -> ApiRoute:
-    """DELETE /v2/crawl/{id} as the crawl part serves it (see `job_routes`), in place of the
-    jobs API's."""
-    (cancel,) = [r for r in job_routes(service) if r.method == "DELETE"]
-    return cancel
-
-
-def _cancel_anywhere(route: ApiRoute, service: CrawlService) -> ApiRoute:
-    if route.method != "DELETE":
-        return route
-    jobs_cancel = route.handler
-
-    async def cancel(request: Request) -> Response:
-        if await service.cancel(request.path_params["id"]):
-            return json(jobs_api.CancelResult(status="cancelled"))
-        return await jobs_cancel(request)
-
-    return dataclasses.replace(route, handler=cancel)
+    """The jobs API's routes of one job (`/v2/crawl/{id}`: status, errors, cancel), mounted again
+    by the batch and v1 routes under their own paths. A DELETE of a crawl or batch reaches the
+    crawl service through the JobManager's canceller (daemon/crawl/component.py)."""
+    return jobs_api.routes(service.jobs)
 
 
 def check_job_id(value: str, path: str) -> None:

@@ -1,7 +1,7 @@
 # Wires the Firecrawl-compatible crawl API into the daemon: the CrawlService (runs crawl and batch
 # jobs, resumes them after a restart) as a supervised component, its routes (placed before the
-# jobs API's so /v2/crawl/active is not read as a job id; its own DELETE /v2/crawl/{id}, served
-# instead of the jobs API's, cancels a crawl through the store first, so it reaches every
+# jobs API's so /v2/crawl/active is not read as a job id), its canceller on the JobManager (the
+# jobs API's DELETE /v2/crawl/{id} cancels a crawl through the store first, so it reaches every
 # instance), the `crawl` /status section and the reload hook that gives new jobs the new [crawl]
 # limits. `/v2/search` rides on the same service: the [search] provider answers, the crawl engine
 # scrapes the results. /v2/extract jobs run on the same engine (daemon/crawl/extract.py) with the
@@ -9,7 +9,7 @@
 # DELETE /v2/cache.
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
@@ -19,9 +19,6 @@ from daemon.logs import get_logger
 from daemon.process import Daemon
 from daemon.settings import Config, ConfigDiff
 from daemon.store import DB_ERRORS, StoreClosed
-
-if TYPE_CHECKING:
-    from daemon.api.app import ApiRoute
 
 _STORE_FAILURES: tuple[type[BaseException], ...] = (*DB_ERRORS, StoreClosed)
 
@@ -82,18 +79,6 @@ def install(daemon: Daemon) -> None:
         crawl_api.routes(service) + search_api.routes(search) + v1_api.routes(service, search)
         + extract_api.routes(extract) + cache_api.routes(service.cache)
     )  # fmt: skip
-    serve_instead(daemon.routes, crawl_api.cancel_route(service))
+    daemon.jobs.add_canceller(service.cancel)
     daemon.status_sections["crawl"] = crawl_section
     daemon.reload_hooks.append(on_reload)
-
-
-def serve_instead(routes: list[ApiRoute], route: ApiRoute) -> None:
-    """Serve `route` instead of the registered route of the same method and path, in its place
-    (so the order of the paths, and of /openapi.json, stays), or add it when there is none. The
-    one taken over is the jobs API's, which is always registered first: the crawl part runs its
-    jobs on the JobManager, so it installs after the jobs part."""
-    for i, registered in enumerate(routes):
-        if (registered.method, registered.path) == (route.method, route.path):
-            routes[i] = route
-            return
-    routes.append(route)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import random
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal
 
 import httpx
@@ -75,7 +75,15 @@ class JobManager(JobReads, EventNumbering, DegradedMode, ClusterScan, Expiry):
         self._push_scopes: set[trio.CancelScope] = set()
         self._backlog_seen = True
         """The last cluster scan found undelivered events (it looks again within a tick)."""
+        self._cancellers: list[Callable[[str], Awaitable[bool]]] = []
         webhook_metrics.LIVE.add(self)
+
+    def add_canceller(self, cancel: Callable[[str], Awaitable[bool]]) -> None:
+        """Let a producer end its own jobs on DELETE: `cancel(job_id)` is awaited before the
+        manager's own cancel and returns True once it cancelled the job (the crawl part decides it
+        in the store, so every instance working on it stops); False leaves the job to the
+        manager (not found, already final, or a job of another producer)."""
+        self._cancellers.append(cancel)
 
     def configure(self, jobs: JobsConfig, webhooks: WebhooksConfig) -> None:
         """New settings: delivery settings apply from the next attempt, jobs settings to jobs
@@ -308,7 +316,11 @@ class JobManager(JobReads, EventNumbering, DegradedMode, ClusterScan, Expiry):
             del self._active[job_id]
 
     async def cancel(self, job_id: str) -> None:
-        """DELETE: ask an attached producer to stop, or cancel a job nobody produces for."""
+        """DELETE: a producer's own canceller (`add_canceller`), else ask an attached producer
+        to stop, or cancel a job nobody produces for."""
+        for producer_cancel in self._cancellers:
+            if await producer_cancel(job_id):
+                return
         record = await self.get_job(job_id)
         if record is None:
             raise JobNotFound(job_id)

@@ -199,6 +199,35 @@ async def test_cancel_asks_an_attached_producer_and_cancels_an_orphan(
         await m.cancel("22222222-2222-4222-8222-222222222222")
 
 
+async def test_a_producers_canceller_ends_its_own_jobs_and_leaves_the_rest(
+    rx: WebhookReceiver, start_manager: StartManager
+) -> None:
+    m = await start_manager()
+    own = await m.create_job("crawl", webhook=None, source={})
+    other = await m.create_job("crawl", webhook=None, source={})
+    asked: list[str] = []
+
+    async def cancel_own(job_id: str) -> bool:
+        asked.append(job_id)
+        if job_id != own:
+            return False
+        await m.finish(job_id, "cancelled")
+        return True
+
+    m.add_canceller(cancel_own)
+    other_stop = m.cancel_requested(other)
+    await m.cancel(own)
+    await m.cancel(other)
+    assert asked == [own, other]
+    record = await m.get_job(own)
+    assert record is not None and record.status == "cancelled"
+    assert other_stop.is_set()  # the manager's own cancel: its attached producer is asked
+    with pytest.raises(JobFinished):
+        await m.cancel(own)
+    with pytest.raises(JobNotFound):
+        await m.cancel("22222222-2222-4222-8222-222222222222")
+
+
 async def test_errors_are_listed_in_order(start_manager: StartManager) -> None:
     m = await start_manager()
     job = await m.create_job("crawl", webhook=None, source={})
