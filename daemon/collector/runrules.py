@@ -77,6 +77,11 @@ def ended_by(exc: BaseException, *, removed: str | None, lease_lost: bool) -> tu
     if isinstance(exc, StoreClosed):
         return "interrupted", SHUTDOWN
     if isinstance(exc, (*DB_ERRORS, StoreUnavailable)):
+        if lease_lost:
+            # A store call that outlasted the lease (a pool waiting out a cut): the lease is what
+            # ends this instance's run, the failure is why.
+            why = f"{type(exc).__name__}: {exc}"
+            return "interrupted", f"{LEASE_EXPIRED}; its last store call failed ({why})"
         return "interrupted", store_failed(exc)
     return "failed", f"{type(exc).__name__}: {exc}"
 

@@ -32,7 +32,7 @@ from daemon.jobs.types import (
     ROBOTS_BLOCKED as ROBOTS_BLOCKED,  # the crawl's error code, named here too
 )
 from daemon.outbox import ack, drop_stream
-from daemon.store import Conn, one
+from daemon.store import Conn, in_list, one
 
 _encode = msgspec.json.Encoder().encode
 _webhook_decoder = msgspec.json.Decoder(WebhookSpec)
@@ -426,10 +426,10 @@ def resumable(conn: Conn) -> list[tuple[JobRecord, int]]:
     """Jobs with a webhook that may still have events to deliver: running ones, and finished
     ones whose stream has items after its cursor; each with that pending count."""
     rows: list[Any] = conn.execute(
-        f"SELECT {', '.join('j.' + c.strip() for c in _COLUMNS.split(','))},"
+        f"SELECT {_COLUMNS},"
         " (SELECT count(*) FROM outbox_items i JOIN outbox_streams s ON s.stream = i.stream"
-        "   WHERE i.stream = 'webhook:' || j.id AND i.seq > s.ack_cursor)"
-        " FROM jobs j WHERE j.webhook IS NOT NULL"
+        "   WHERE i.stream = 'webhook:' || jobs.id AND i.seq > s.ack_cursor)"
+        " FROM jobs WHERE webhook IS NOT NULL"
     ).fetchall()
     found = []
     for row in rows:
@@ -512,7 +512,7 @@ def deliveries(conn: Conn, job_ids: Sequence[str]) -> dict[str, Delivery]:
             " g.event_id, g.type, g.error_id, g.skipped"
             " FROM jobs j LEFT JOIN outbox_streams s ON s.stream = 'webhook:' || j.id"
             " LEFT JOIN webhook_gone g ON g.job_id = j.id"
-            f" WHERE j.webhook IS NOT NULL AND j.id IN ({', '.join('?' * len(chunk))})",
+            f" WHERE j.webhook IS NOT NULL AND j.id IN {in_list(len(chunk))}",
             (WEBHOOK_FAILED, *chunk),
         ).fetchall()
         for job_id, cursor, last, failed, event_id, type_, error_id, skipped in rows:

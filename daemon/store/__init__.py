@@ -19,6 +19,7 @@ from __future__ import annotations
 from daemon.store import wake
 from daemon.store.backends import backend_for
 from daemon.store.contract import Backend, Conn, StoreHealth, StoreStats
+from daemon.store.dialect import in_list
 from daemon.store.drivers import DB_ERRORS, DISK_FULL, STORAGE_ERRORS
 from daemon.store.errors import StoreClosed, StoreUnavailable
 from daemon.store.sqlite import hold_state_dir, migrate, one
@@ -37,6 +38,7 @@ __all__ = [
     "StoreUnavailable",
     "backend_for",
     "hold_state_dir",
+    "in_list",
     "migrate",
     "one",
     "open_store",

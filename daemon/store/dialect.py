@@ -271,3 +271,12 @@ def _call_end(sql: str, after_name: int) -> int | None:
 
 def _top_level_commas(sql: str, open_at: int, close_at: int) -> bool:
     return any(ch == "," and depth == 0 for _, ch, depth in _unquoted(sql, open_at + 1, close_at))
+
+
+def in_list(count: int) -> str:
+    """`(?, ?, …)`: the placeholders of an IN list of `count` (at least one) values, in the SQL
+    both backends share. tests/store/test_shipped_sql.py reads a call of it as two placeholders,
+    so a statement built with it is still PREPAREd there."""
+    if count < 1:
+        raise ValueError("an IN list needs at least one value")
+    return "(" + ", ".join("?" * count) + ")"

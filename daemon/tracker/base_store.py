@@ -30,8 +30,3 @@ def _first(conn: Conn, sql: str, bindings: tuple[Any, ...] = ()) -> Any:
 
 Due = tuple[int, int, str, int]
 """A schedule row as the ticks see it: (id, aid, type, planned_ms)."""
-
-
-def _in(count: int) -> str:
-    """The placeholders of an IN list of `count` values."""
-    return "(" + ",".join("?" * count) + ")"

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from daemon.cluster import LIVE_CLAIMANTS
-from daemon.store import Conn, one
+from daemon.store import Conn, in_list, one
 from daemon.tracker import rules
-from daemon.tracker.base_store import Due, _all, _first, _in
+from daemon.tracker.base_store import Due, _all, _first
 from daemon.tracker.bilibili import Stat
 from daemon.tracker.rules import Snap
 from daemon.tracker.snapshot_store import (
@@ -386,13 +386,14 @@ def complete_bulk(
     stored: set[int] = set()
     if aids:
         for aid, at, views in conn.execute(
-            f"SELECT aid, at_ms, views FROM tracker_latest WHERE aid IN {_in(len(aids))}", aids
+            f"SELECT aid, at_ms, views FROM tracker_latest WHERE aid IN {in_list(len(aids))}", aids
         ):
             latest_of[aid] = Snap(at, views)
         stored = {
             r[0]
             for r in conn.execute(
-                f"SELECT aid FROM tracker_snapshots WHERE aid IN {_in(len(aids))} AND at_ms = ?",
+                "SELECT aid FROM tracker_snapshots"
+                f" WHERE aid IN {in_list(len(aids))} AND at_ms = ?",
                 (*aids, at_ms),
             )
         }

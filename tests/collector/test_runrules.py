@@ -31,6 +31,8 @@ def cancelled() -> trio.Cancelled:
         (psycopg.OperationalError("server closed the connection"), None, False, "interrupted",
          "OperationalError: server closed"),
         (apsw.IOError("disk I/O error"), None, False, "interrupted", "the store failed"),
+        (psycopg.OperationalError("couldn't get a connection"), None, True, "interrupted",
+         "lost the task's lease (the database unreachable past the lease"),
         (StoreUnavailable("postgres: cannot connect"), None, False, "interrupted", "cannot connect"),
         (StoreClosed("closed"), None, False, "interrupted", "shutdown"),
         (JobFinished("j", "cancelled"), None, False, "ended", "final status elsewhere"),
