@@ -33,12 +33,13 @@ from daemon.cluster import Cluster
 from daemon.crawl import extract_store as xstore
 from daemon.crawl.extract_models import ExtractPlan
 from daemon.crawl.extract_run import ExtractRun
+from daemon.crawl.runs import Runs
 from daemon.crawl.search import SearchService
 from daemon.crawl.service import CrawlService
 from daemon.jobs.store import JobFinished, JobNotFound, JobRecord
 from daemon.llm import LlmResult
 from daemon.logs import get_logger
-from daemon.store import DB_ERRORS, Conn, StoreClosed, wake
+from daemon.store import DB_ERRORS, Conn, wake
 
 log = get_logger("extract")
 
@@ -77,8 +78,11 @@ class ExtractService:
         self.jobs = crawl.jobs
         self.cluster: Cluster | None = crawl.cluster
         self.clock_ms = clock_ms
-        self.runs: dict[str, ExtractRun] = {}
-        self._nursery: trio.Nursery | None = None
+        self._runs: Runs[xstore.ExtractJobRow, ExtractRun] = Runs(
+            "extract", self.jobs, lambda row: ExtractRun(self, row)
+        )
+        self.runs = self._runs.by_id
+        """The extract jobs running here, by job id."""
         self.model_calls = 0
         """Model calls made by extract jobs since start (/status)."""
 
@@ -94,7 +98,7 @@ class ExtractService:
         """Resume the running extract jobs, then run new ones until cancelled."""
         try:
             async with trio.open_nursery() as nursery:
-                self._nursery = nursery
+                self._runs.nursery = nursery
                 wakeups = self.store.wakeups
                 created = wakeups.event(wake.CRAWLS)  # taken before the first look
                 if found := await self._scan():
@@ -102,8 +106,7 @@ class ExtractService:
                 task_status.started()
                 await wake.rescan(wakeups, wake.CRAWLS, SCAN_S, self._scan, DB_ERRORS, created)
         finally:
-            self._nursery = None
-            self.runs.clear()
+            self._runs.stopped()
 
     async def _scan(self) -> int:
         ids = await self.store.read(xstore.running_job_ids)
@@ -121,29 +124,7 @@ class ExtractService:
         return started
 
     def _spawn(self, row: xstore.ExtractJobRow) -> None:
-        if self._nursery is None or row.job_id in self.runs:
-            return
-        try:
-            run = ExtractRun(self, row)
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            log.error("extract job plan unreadable; failing the job", job=row.job_id,
-                      error=str(exc))  # fmt: skip
-            self._nursery.start_soon(self._fail, row.job_id, "internal error: unreadable plan")
-            return
-        self.runs[row.job_id] = run
-        self._nursery.start_soon(self._run, run)
-
-    async def _fail(self, job_id: str, error: str) -> None:
-        with contextlib.suppress(JobFinished, JobNotFound):
-            await self.jobs.finish(job_id, "failed", error)
-
-    async def _run(self, run: ExtractRun) -> None:
-        try:
-            await run.run()
-        except StoreClosed:
-            pass
-        finally:
-            self.runs.pop(run.job_id, None)
+        self._runs.spawn(row)
 
     async def start(self, plan: ExtractPlan) -> str:
         """Create the job (emitting `extract.started`) and start working on it."""

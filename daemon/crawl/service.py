@@ -30,12 +30,13 @@ from daemon.crawl.fetch import Resolver
 from daemon.crawl.mapper import map_site
 from daemon.crawl.models import BatchPlan, CrawlPlan, MapRequest, ScrapeRequest
 from daemon.crawl.proxy import VettingProxy
+from daemon.crawl.runs import Runs
 from daemon.crawl.tracking_store import ChangeTracker
 from daemon.jobs import store as jobstore
 from daemon.jobs.manager import JobManager
 from daemon.jobs.store import JobFinished, JobNotFound
 from daemon.logs import get_logger
-from daemon.store import DB_ERRORS, Conn, Store, StoreClosed, wake
+from daemon.store import DB_ERRORS, Conn, Store, wake
 
 log = get_logger("crawl")
 
@@ -90,8 +91,9 @@ class CrawlService:
         if self.proxy is not None:  # the browser leaves through the fetcher's proxies
             self.proxy.upstream = self.engine.fetcher.proxies
         self._engines: list[Engine] = [self.engine]
-        self.runs: dict[str, JobRun] = {}
-        self._nursery: trio.Nursery | None = None
+        self._runs: Runs[crawlstore.CrawlJobRow, JobRun] = Runs("crawl", jobs, self._make_run)
+        self.runs = self._runs.by_id
+        """The crawl and batch jobs running here, by job id."""
         self._create_lock = trio.Lock()
         self.waiting: set[str] = set()
 
@@ -123,7 +125,7 @@ class CrawlService:
         """Resume the running crawl and batch jobs, then run new ones until cancelled."""
         try:
             async with trio.open_nursery() as nursery:
-                self._nursery = nursery
+                self._runs.nursery = nursery
                 if self.proxy is not None and self.browser is not None:
                     await nursery.start(self.proxy.run)
                     await nursery.start(self.browser.run)
@@ -134,8 +136,7 @@ class CrawlService:
                 task_status.started()
                 await wake.rescan(wakeups, wake.CRAWLS, SCAN_S, self._scan, DB_ERRORS, created)
         finally:
-            self._nursery = None
-            self.runs.clear()
+            self._runs.stopped()
             with trio.CancelScope(shield=True):
                 for engine in self._engines:
                     await engine.fetcher.aclose()
@@ -159,33 +160,11 @@ class CrawlService:
         return started
 
     def _spawn(self, row: crawlstore.CrawlJobRow) -> None:
-        if self._nursery is None or row.job_id in self.runs:
-            return
-        try:
-            run = JobRun(self.engine, self.store, self.jobs, row, self.clock_ms, self.cluster,
-                         self.claimant, self.writes)  # fmt: skip
-        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            log.error("crawl job plan unreadable; failing the job", job=row.job_id, error=str(exc))
-            self._nursery.start_soon(self._fail, row.job_id, "internal error: unreadable plan")
-            return
-        self.runs[row.job_id] = run
-        self._nursery.start_soon(self._run, run)
+        self._runs.spawn(row)
 
-    async def _fail(self, job_id: str, error: str) -> None:
-        with contextlib.suppress(JobFinished, JobNotFound):
-            await self.jobs.finish(job_id, "failed", error)
-
-    async def _run(self, run: JobRun) -> None:
-        try:
-            await run.run()
-        except StoreClosed:
-            pass
-        except DB_ERRORS as exc:
-            # The job stays `scraping`: the next scan that reaches the store works on it again.
-            log.warning("crawl job interrupted by the store; the next scan resumes it",
-                        job=run.job_id, error=f"{type(exc).__name__}: {exc}")  # fmt: skip
-        finally:
-            self.runs.pop(run.job_id, None)
+    def _make_run(self, row: crawlstore.CrawlJobRow) -> JobRun:
+        return JobRun(self.engine, self.store, self.jobs, row, self.clock_ms, self.cluster,
+                      self.claimant, self.writes)  # fmt: skip
 
     # -- producers -------------------------------------------------------------------------
 

@@ -1,0 +1,84 @@
+# The runs one service works on in this process, one per running job, written once for the crawl
+# and the extract services. Each run is made from the job's stored row; a row whose plan no longer
+# decodes fails its job at once (else the job would sit `scraping` forever, retried by every scan).
+# A run returns when its job has its final status, or early when the store fails under it or the
+# daemon's shutdown closes the store: the job stays running, and the service's next scan that
+# reaches the store starts a run for it again (on this instance or another).
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
+
+import msgspec
+import trio
+
+from daemon.jobs.manager import JobManager
+from daemon.jobs.types import JobFinished, JobNotFound
+from daemon.logs import get_logger
+from daemon.store import DB_ERRORS, StoreClosed
+
+log = get_logger("crawl")
+
+
+class Run(Protocol):
+    @property
+    def job_id(self) -> str: ...
+
+    async def run(self) -> None: ...
+
+
+class Row(Protocol):
+    @property
+    def job_id(self) -> str: ...
+
+
+RunT = TypeVar("RunT", bound=Run)
+RowT = TypeVar("RowT", bound=Row)
+
+
+class Runs(Generic[RowT, RunT]):
+    """The `kind` jobs' runs in this process by job id (`by_id`), started in `nursery` (set by
+    the service while it runs) with `make(row)`."""
+
+    def __init__(self, kind: str, jobs: JobManager, make: Callable[[RowT], RunT]) -> None:
+        self.kind = kind
+        self.jobs = jobs
+        self.make = make
+        self.by_id: dict[str, RunT] = {}
+        self.nursery: trio.Nursery | None = None
+
+    def spawn(self, row: RowT) -> None:
+        """Start a run for the job of `row`, unless one runs here already or the service does
+        not run; a plan that no longer decodes fails the job instead."""
+        if self.nursery is None or row.job_id in self.by_id:
+            return
+        try:
+            run = self.make(row)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            log.error(f"{self.kind} job plan unreadable; failing the job", job=row.job_id,
+                      error=str(exc))  # fmt: skip
+            self.nursery.start_soon(self._fail, row.job_id, "internal error: unreadable plan")
+            return
+        self.by_id[row.job_id] = run
+        self.nursery.start_soon(self._run, run)
+
+    def stopped(self) -> None:
+        """The service's nursery closed: no run is left."""
+        self.nursery = None
+        self.by_id.clear()
+
+    async def _fail(self, job_id: str, error: str) -> None:
+        with contextlib.suppress(JobFinished, JobNotFound):
+            await self.jobs.finish(job_id, "failed", error)
+
+    async def _run(self, run: RunT) -> None:
+        try:
+            await run.run()
+        except StoreClosed:
+            pass
+        except DB_ERRORS as exc:
+            log.warning(f"{self.kind} job interrupted by the store; the next scan resumes it",
+                        job=run.job_id, error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+        finally:
+            self.by_id.pop(run.job_id, None)
