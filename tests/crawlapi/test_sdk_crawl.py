@@ -155,7 +155,10 @@ async def test_crawl_options(
     options.setdefault("sitemap", "skip")
     _, job = await crawl(fc, sdk, client, site.url("/"), **options)
     got = paths(source_urls(job), site)
-    assert expected <= got
+    # A page reached both by a link and at the end of a redirect (the home page's
+    # /redirect/chain/3 ends at /pages/0) is fetched once, under whichever answered first.
+    reached = got | paths([d.metadata_dict.get("url", "") for d in job.data], site)
+    assert expected <= reached
     assert not absent & got
     if options.get("allow_subdomains"):
         blog = [u for u in source_urls(job) if "blog.site.test" in u]
