@@ -1,5 +1,6 @@
 # Routes every daemon has, whatever parts are enabled: liveness, one status document that explains
-# what the process is doing, and Prometheus metrics.
+# what the process is doing (its sections read together, within a bound: daemon/api/sections.py),
+# and Prometheus metrics.
 from __future__ import annotations
 
 import os
@@ -11,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from daemon import __version__, metrics
+from daemon.api import sections as sections_api
 from daemon.api.app import ApiRoute, json
 from daemon.process import Daemon
 from daemon.redact import cap, redact_text, redact_tree
@@ -97,7 +99,8 @@ async def build_status(daemon: Daemon) -> Status:
         )
     # Sections come from every area; URLs (broker, webhooks, upstreams) and headers are redacted
     # here, once, so no area can leak a credential through /status.
-    sections = {name: redact_tree(await fn()) for name, fn in daemon.status_sections.items()}
+    answers = await sections_api.read_all(daemon.status_sections)
+    sections = {name: redact_tree(answer) for name, answer in answers.items()}
     return Status(
         state=daemon.state,
         version=__version__,

@@ -18,6 +18,7 @@ import httpx
 import pytest
 import trio
 
+from daemon.api import sections
 from daemon.fakes.octoparse import DEMO_PASSWORD, OctoparseSim, serve_sim
 from daemon.fakes.receiver import WebhookReceiver, open_receiver
 from daemon.jobs import store as jobstore
@@ -213,8 +214,15 @@ async def test_a_database_cut_then_a_postgres_restart_mid_run_the_same_job_compl
     await wait_pages(rx, job_id, 5, 30)
 
     faulty_pg.cut()  # for 10 s: the lease (2 s) runs out well within it
+    cut_at = trio.current_time()
     try:
-        await trio.sleep(10.0)
+        await trio.sleep(4.0)
+        # /status explains the cut while it lasts, within its bound (sections still reading the
+        # store are shown missing rather than holding the document)
+        with trio.fail_after(sections.WAIT_S + 3):
+            during = await instances.status("a")
+        assert during["store"]["writable"] is False, during["store"]
+        await trio.sleep_until(cut_at + 10.0)
         assert await job_record_running(faulty_pg, job_id)  # read straight from the server
     finally:
         faulty_pg.resume()
