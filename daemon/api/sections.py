@@ -15,6 +15,7 @@ import trio
 
 from daemon.logs import get_logger
 from daemon.redact import redact_text
+from daemon.supervise import describe
 
 WAIT_S = 2.0
 """How long /status waits for its sections, all together."""
@@ -59,7 +60,7 @@ async def _run(name: str, fn: Section, read: _Read) -> None:
     try:
         read.result = await fn()
     except Exception as exc:  # a section's failure must not end the process
-        read.error = redact_text(f"{type(exc).__name__}: {exc}")
+        read.error = redact_text(describe(exc))
         log.warning("a /status section failed", section=name, error=read.error)
     finally:
         read.done.set()

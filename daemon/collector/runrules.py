@@ -19,6 +19,7 @@ from daemon.cluster import LeaseLost
 from daemon.jobs.events import CANCELLED_BY_USER
 from daemon.jobs.store import JobFinished, JobNotFound
 from daemon.store import DB_ERRORS, StoreClosed, StoreUnavailable
+from daemon.supervise import describe
 
 RunStatus = Literal[
     "running", "completed", "failed", "stopped", "cancelled", "removed", "interrupted", "ended"
@@ -47,7 +48,7 @@ JOB_ENDED = "the run's job was given a final status elsewhere (cancelled, or exp
 
 
 def store_failed(exc: BaseException) -> str:
-    return f"the store failed ({type(exc).__name__}: {exc}); the run continues once it answers"
+    return f"the store failed ({describe(exc)}); the run continues once it answers"
 
 
 def leaf(exc: BaseException) -> BaseException:
@@ -80,10 +81,9 @@ def ended_by(exc: BaseException, *, removed: str | None, lease_lost: bool) -> tu
         if lease_lost:
             # A store call that outlasted the lease (a pool waiting out a cut): the lease is what
             # ends this instance's run, the failure is why.
-            why = f"{type(exc).__name__}: {exc}"
-            return "interrupted", f"{LEASE_EXPIRED}; its last store call failed ({why})"
+            return "interrupted", f"{LEASE_EXPIRED}; its last store call failed ({describe(exc)})"
         return "interrupted", store_failed(exc)
-    return "failed", f"{type(exc).__name__}: {exc}"
+    return "failed", describe(exc)
 
 
 def job_outcome(status: str, error: str | None) -> tuple[FinalStatus, str | None] | None:

@@ -17,8 +17,7 @@ from daemon.jobs.manager import JobManager
 from daemon.jobs.types import JobFinished, JobNotFound
 from daemon.logs import get_logger
 from daemon.store import DB_ERRORS, StoreClosed
-
-log = get_logger("crawl")
+from daemon.supervise import describe
 
 
 class Run(Protocol):
@@ -43,6 +42,7 @@ class Runs(Generic[RowT, RunT]):
 
     def __init__(self, kind: str, jobs: JobManager, make: Callable[[RowT], RunT]) -> None:
         self.kind = kind
+        self.log = get_logger(kind)
         self.jobs = jobs
         self.make = make
         self.by_id: dict[str, RunT] = {}
@@ -56,7 +56,7 @@ class Runs(Generic[RowT, RunT]):
         try:
             run = self.make(row)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-            log.error(f"{self.kind} job plan unreadable; failing the job", job=row.job_id,
+            self.log.error(f"{self.kind} job plan unreadable; failing the job", job=row.job_id,
                       error=str(exc))  # fmt: skip
             self.nursery.start_soon(self._fail, row.job_id, "internal error: unreadable plan")
             return
@@ -78,7 +78,7 @@ class Runs(Generic[RowT, RunT]):
         except StoreClosed:
             pass
         except DB_ERRORS as exc:
-            log.warning(f"{self.kind} job interrupted by the store; the next scan resumes it",
-                        job=run.job_id, error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+            self.log.warning(f"{self.kind} job interrupted by the store; the next scan resumes it",
+                             job=run.job_id, error=describe(exc))  # fmt: skip
         finally:
             self.by_id.pop(run.job_id, None)

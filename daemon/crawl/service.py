@@ -34,7 +34,7 @@ from daemon.crawl.runs import Runs
 from daemon.crawl.tracking_store import ChangeTracker
 from daemon.jobs import store as jobstore
 from daemon.jobs.manager import JobManager
-from daemon.jobs.store import JobFinished, JobNotFound
+from daemon.jobs.store import JobFinished, JobNotFound, JobRecord
 from daemon.logs import get_logger
 from daemon.store import DB_ERRORS, Conn, Store, wake
 
@@ -264,18 +264,13 @@ class CrawlService:
     async def active_crawls(self) -> list[crawlstore.CrawlJobRow]:
         return await self.store.read(lambda c: crawlstore.running_jobs(c, "crawl"))
 
-    async def cancel(self, job_id: str) -> bool:
-        """DELETE of a crawl or batch, from any instance: decide its end `cancelled` in the store
-        (every instance working on it claims nothing more and drops what it has in flight) and
-        give the job its final status here. False when `job_id` is no running crawl or batch:
-        the jobs API answers (404, 409, or a job of another kind)."""
-        try:
-            job_id = str(uuid.UUID(job_id))
-        except ValueError:
-            return False
-        record = await self.jobs.get_job(job_id)
-        if record is None or record.finished:
-            return False
+    async def cancel(self, record: JobRecord) -> bool:
+        """DELETE of a running job, from any instance (the JobManager's canceller): when it is a
+        crawl or batch, decide its end `cancelled` in the store (every instance working on it
+        claims nothing more and drops what it has in flight) and give the job its final status
+        here. False when it is no crawl or batch (or another live instance is ending it): the
+        manager goes on; JobFinished when it ended otherwise meanwhile."""
+        job_id = record.id
         decided = await self.writes.write(
             lambda c: crawlstore.conclude(c, job_id, self.claimant, "cancelled")
         )
@@ -288,7 +283,9 @@ class CrawlService:
             log.info("crawl job ended by a cancel", job=job_id, status=decided)
         if (run := self.runs.get(job_id)) is not None:
             run.stop()
-        return decided == "cancelled"
+        if decided != "cancelled":  # it ended otherwise meanwhile (the jobs API's 409)
+            raise JobFinished(job_id, decided)
+        return True
 
     def fetching(self) -> int:
         """Pages being fetched right now, over every engine still in use."""

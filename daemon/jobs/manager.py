@@ -75,14 +75,15 @@ class JobManager(JobReads, EventNumbering, DegradedMode, ClusterScan, Expiry):
         self._push_scopes: set[trio.CancelScope] = set()
         self._backlog_seen = True
         """The last cluster scan found undelivered events (it looks again within a tick)."""
-        self._cancellers: list[Callable[[str], Awaitable[bool]]] = []
+        self._cancellers: list[Callable[[JobRecord], Awaitable[bool]]] = []
         webhook_metrics.LIVE.add(self)
 
-    def add_canceller(self, cancel: Callable[[str], Awaitable[bool]]) -> None:
-        """Let a producer end its own jobs on DELETE: `cancel(job_id)` is awaited before the
-        manager's own cancel and returns True once it cancelled the job (the crawl part decides it
-        in the store, so every instance working on it stops); False leaves the job to the
-        manager (not found, already final, or a job of another producer)."""
+    def add_canceller(self, cancel: Callable[[JobRecord], Awaitable[bool]]) -> None:
+        """Let a producer end its own jobs on DELETE: `cancel(record)` is awaited with the
+        running job's record before the manager's own cancel and returns True once it cancelled
+        the job (the crawl part decides it in the store, so every instance working on it stops);
+        False leaves the job to the manager (a job of another producer); JobFinished when it
+        found the job ended otherwise meanwhile."""
         self._cancellers.append(cancel)
 
     def configure(self, jobs: JobsConfig, webhooks: WebhooksConfig) -> None:
@@ -318,14 +319,14 @@ class JobManager(JobReads, EventNumbering, DegradedMode, ClusterScan, Expiry):
     async def cancel(self, job_id: str) -> None:
         """DELETE: a producer's own canceller (`add_canceller`), else ask an attached producer
         to stop, or cancel a job nobody produces for."""
-        for producer_cancel in self._cancellers:
-            if await producer_cancel(job_id):
-                return
         record = await self.get_job(job_id)
         if record is None:
             raise JobNotFound(job_id)
         if record.finished:
             raise JobFinished(job_id, record.status)
+        for producer_cancel in self._cancellers:
+            if await producer_cancel(record):
+                return
         job = self._active.get(job_id)
         if job is not None and job.attached:
             job.cancel.set()

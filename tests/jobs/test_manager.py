@@ -15,6 +15,7 @@ from daemon.fakes.receiver import WebhookReceiver
 from daemon.jobs import store as jobstore
 from daemon.jobs.manager import JobManager
 from daemon.jobs.store import JobFinished, JobNotFound
+from daemon.jobs.types import JobRecord
 from daemon.outbox import Outbox
 from daemon.store import Store
 from tests.jobs.conftest import fast_webhooks
@@ -207,11 +208,11 @@ async def test_a_producers_canceller_ends_its_own_jobs_and_leaves_the_rest(
     other = await m.create_job("crawl", webhook=None, source={})
     asked: list[str] = []
 
-    async def cancel_own(job_id: str) -> bool:
-        asked.append(job_id)
-        if job_id != own:
+    async def cancel_own(record: JobRecord) -> bool:
+        asked.append(record.id)
+        if record.id != own:
             return False
-        await m.finish(job_id, "cancelled")
+        await m.finish(record.id, "cancelled")
         return True
 
     m.add_canceller(cancel_own)

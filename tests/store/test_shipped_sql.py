@@ -422,7 +422,11 @@ class Recorder:
         return iter(())
 
 
-def _milestone_candidates(pg: Any) -> list[str]:
+Tables = dict[str, list[tuple[str, str]]]
+"""The store copy's plan, {table: [(column, kind)]} (daemon/store/copy.py `plan`)."""
+
+
+def _milestone_candidates(tables: Tables) -> list[str]:
     from daemon.tracker import snapshot_store
 
     conn = Recorder()
@@ -430,42 +434,40 @@ def _milestone_candidates(pg: Any) -> list[str]:
     return conn.statements
 
 
-def _copy(function: str) -> Callable[[Any], list[str]]:
-    """The copy's statements of `function` for every table it copies (their columns read from
-    the migrated schema `pg`)."""
+def _copy_has_rows(tables: Tables) -> list[str]:
+    from daemon.store import copy
 
-    def run(pg: Any) -> list[str]:
-        from daemon.store import copy
-
-        conn = Recorder()
-        if function == "_verify":
-            copy._verify(conn, conn)
-            return conn.statements
-        for table in copy.COPY_ORDER:
-            if function == "_has_rows":
-                copy._has_rows(conn, table)
-                continue
-            names = pg.execute(
-                "SELECT column_name FROM information_schema.columns"
-                " WHERE table_schema = current_schema() AND table_name = $1"
-                " ORDER BY ordinal_position",
-                (table,),
-            ).fetchall()
-            assert names, f"{table}: no such table in the migrated schema"
-            copy._copy_table(conn, conn, table, [(name, "text") for (name,) in names])
-        return conn.statements
-
-    return run
+    conn = Recorder()
+    for table in copy.COPY_ORDER:
+        copy._has_rows(conn, table)
+    return conn.statements
 
 
-BUILT: dict[tuple[str, str], Callable[[Any], list[str]]] = {
+def _copy_table(tables: Tables) -> list[str]:
+    from daemon.store import copy
+
+    conn = Recorder()
+    for table, columns in tables.items():
+        copy._copy_table(conn, conn, table, columns)
+    return conn.statements
+
+
+def _copy_verify(tables: Tables) -> list[str]:
+    from daemon.store import copy
+
+    conn = Recorder()
+    copy._verify(conn, conn)
+    return conn.statements
+
+
+BUILT: dict[tuple[str, str], Callable[[Tables], list[str]]] = {
     ("daemon/tracker/snapshot_store.py", "milestone_candidates"): _milestone_candidates,
-    ("daemon/store/copy.py", "_has_rows"): _copy("_has_rows"),
-    ("daemon/store/copy.py", "_copy_table"): _copy("_copy_table"),
-    ("daemon/store/copy.py", "_verify"): _copy("_verify"),
+    ("daemon/store/copy.py", "_has_rows"): _copy_has_rows,
+    ("daemon/store/copy.py", "_copy_table"): _copy_table,
+    ("daemon/store/copy.py", "_verify"): _copy_verify,
 }
-"""(module, function) of each statement built at run time -> what runs it on a Recorder, given a
-migrated PostgreSQL connection, and returns the statements it sent."""
+"""(module, function) of each statement built at run time -> what runs it on a Recorder, given
+the copy's plan of a migrated schema, and returns the statements it sent."""
 
 
 def test_every_statement_built_at_run_time_is_run() -> None:
@@ -514,10 +516,17 @@ def test_a_statement_only_sqlite_takes_is_refused(migrated: Any) -> None:
 
 
 @pytest.mark.postgres
-def test_every_statement_built_at_run_time_prepares_on_postgres(migrated: Any) -> None:
+def test_every_statement_built_at_run_time_prepares_on_postgres(
+    migrated: Any, pg_schema: tuple[str, str]
+) -> None:
+    from daemon.store.copy import plan
+    from daemon.store.postgres import PgConn, PostgresBackend
+
+    columns = PostgresBackend(pg_schema[0], schema=pg_schema[1]).columns(PgConn(migrated))
+    tables = plan(columns, columns)
     failures = []
     for (module, function), run in BUILT.items():
-        statements = list(dict.fromkeys(run(migrated)))
+        statements = list(dict.fromkeys(run(tables)))
         assert statements, f"{module} {function} sent no statement"
         for sql in statements:
             error = prepare_error(migrated, sql)
