@@ -443,6 +443,11 @@ class PostgresBackend:
                     )
             yield
         finally:
+            # Released before the connection closes: the server ends a closed session (and with
+            # it the session's locks) a moment after the client goes, and a `store copy` or a
+            # start right after this one must not find them still held.
+            with contextlib.suppress(psycopg.Error):
+                conn.execute("SELECT pg_advisory_unlock_all()")
             conn.close()
 
     def after_copy(self, conn: PgConn) -> None:
