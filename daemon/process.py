@@ -18,9 +18,9 @@ if TYPE_CHECKING:
     from daemon.api.edge import SessionCheck
     from daemon.collector.queue import RowQueue
     from daemon.collector.service import Collector
-    from daemon.crawl.extract import ExtractService
-    from daemon.crawl.search import SearchService
-    from daemon.crawl.service import CrawlService
+    from daemon.crawl.extract.service import ExtractService
+    from daemon.crawl.runs.service import CrawlService
+    from daemon.crawl.search.service import SearchService
     from daemon.jobs.manager import JobManager
     from daemon.llm.service import LlmService
     from daemon.tracker.service import TrackerService

@@ -90,8 +90,8 @@ def load_corpus(data: Path) -> list[tuple[str, Path, dict[str, Any]]]:
 
 def _crawld_runner() -> Any:
     sys.path.insert(0, str(ROOT))
-    from daemon.crawl.document import DocumentOptions, build_document
-    from daemon.crawl.fetch import FetchResult
+    from daemon.crawl.content.document import DocumentOptions, build_document
+    from daemon.crawl.fetching.fetch import FetchResult
 
     options = DocumentOptions(formats=frozenset({"markdown"}), only_main_content=True)
 

@@ -109,7 +109,7 @@ def transactions(n: int) -> dict[str, tuple[Any, Any]]:
     from daemon.collector import store as collector_store
     from daemon.collector.paging import ForwardProgress
     from daemon.config import WebhookFields
-    from daemon.crawl import store as crawl_store
+    from daemon.crawl.runs import store as crawl_store
     from daemon.jobs import store as job_store
     from daemon.tracker import store as tracker_store
     from daemon.tracker.bilibili import Stat

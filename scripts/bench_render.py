@@ -54,8 +54,8 @@ def wait_up(url: str, timeout: float = 60) -> None:
 
 
 def browser_path() -> str:
-    from daemon.crawl.browser import real_executable
     from daemon.crawl.config import find_browser
+    from daemon.crawl.rendering.browser import real_executable
 
     found = find_browser("")
     if found is None:

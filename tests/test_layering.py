@@ -130,13 +130,13 @@ def test_known_exceptions_still_occur() -> None:
 
 
 def test_the_rules_themselves() -> None:
-    assert broken("daemon.jobs.manager", "daemon.crawl.store") is not None
-    assert broken("daemon.crawl.crawler", "daemon.tracker.rules") is not None
-    assert broken("daemon.crawl.crawler", "daemon.api.errors") is not None
-    assert broken("daemon.crawl.crawler", "daemon.crawl.store") is None
-    assert broken("daemon.crawl.crawler", "daemon.jobs.store") is None
+    assert broken("daemon.jobs.manager", "daemon.crawl.runs.store") is not None
+    assert broken("daemon.crawl.runs.crawler", "daemon.tracker.rules") is not None
+    assert broken("daemon.crawl.runs.crawler", "daemon.api.errors") is not None
+    assert broken("daemon.crawl.runs.crawler", "daemon.crawl.runs.store") is None
+    assert broken("daemon.crawl.runs.crawler", "daemon.jobs.store") is None
     assert broken("daemon.api.tracker", "daemon.tracker.store") is not None
-    assert broken("daemon.api.crawl", "daemon.crawl.extract_store") is not None
-    assert broken("daemon.api.crawl", "daemon.crawl.service") is None
+    assert broken("daemon.api.crawl", "daemon.crawl.extract.store") is not None
+    assert broken("daemon.api.crawl", "daemon.crawl.runs.service") is None
     assert broken("daemon.areas", "daemon.api.crawl") is None
     assert broken("daemon.crawl.component", "daemon.api.crawl") is None

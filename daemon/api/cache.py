@@ -11,8 +11,8 @@ from starlette.responses import Response
 
 from daemon.api.app import ApiRoute, json
 from daemon.api.crawl import bad_request, firecrawl_error, request_body
-from daemon.crawl import models
-from daemon.crawl.cache import DocumentCache
+from daemon.crawl.cache.documents import DocumentCache
+from daemon.crawl.options import models
 from daemon.crawl.problems import BadRequest
 
 MAX_PREFIX = models.MAX_URL_LENGTH

@@ -17,12 +17,12 @@ from starlette.responses import Response
 from daemon.api import jobs as jobs_api
 from daemon.api.app import ApiRoute, json, public_base_url
 from daemon.clock import wall_ms
-from daemon.crawl import models, responses
-from daemon.crawl.fetch import FetchError
-from daemon.crawl.mapper import MapTimeout
+from daemon.crawl.fetching.fetch import FetchError
 from daemon.crawl.metrics import maps, scrapes
+from daemon.crawl.options import models, responses
 from daemon.crawl.problems import BadRequest
-from daemon.crawl.service import CrawlService
+from daemon.crawl.runs.mapper import MapTimeout
+from daemon.crawl.runs.service import CrawlService
 from daemon.jobs.types import JobFinished, JobNotFound
 
 MAX_BODY = 16 * 1024 * 1024

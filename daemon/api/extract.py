@@ -2,7 +2,8 @@
 # status in the shape firecrawl-py's `get_extract_status` and `extract` (which polls it) and
 # firecrawl-js parse: `data` is `[]` until the job completed, then the merged object; `sources`
 # only when the request asked for them. Errors use Firecrawl's bodies, as the crawl API does.
-# The job itself (pages, model calls, merge, webhooks): daemon/crawl/extract.py, extract_run.py.
+# The job itself (pages, model calls, merge, webhooks): daemon/crawl/extract/ (service.py,
+# run.py).
 from __future__ import annotations
 
 from typing import Any
@@ -14,14 +15,14 @@ from starlette.responses import Response
 from daemon.api.app import UUID_PARAM, ApiRoute, json
 from daemon.api.crawl import bad_request, firecrawl_error, request_body
 from daemon.api.jobs import iso
-from daemon.crawl.extract import ExtractService
-from daemon.crawl.extract_models import (
+from daemon.crawl.extract.models import (
     ExtractRequest,
     ExtractStarted,
     ExtractStatus,
     parse_extract,
     v1_body,
 )
+from daemon.crawl.extract.service import ExtractService
 from daemon.crawl.problems import BadRequest
 
 NO_LLM = (

@@ -13,7 +13,7 @@ from starlette.responses import Response
 from daemon.api.app import ApiRoute, json
 from daemon.api.crawl import bad_request, firecrawl_error, request_body
 from daemon.crawl.problems import BadRequest
-from daemon.crawl.search import SearchRequest, SearchService, parse_search
+from daemon.crawl.search.service import SearchRequest, SearchService, parse_search
 from daemon.search import SearchError
 
 

@@ -1,10 +1,10 @@
 # Firecrawl's v1 routes, for integrations and SDKs that still call them (firecrawl-py 1.x and
 # 2.x, loaders pinned to v1, older n8n and Dify nodes). Each body is rewritten by
-# daemon/crawl/v1.py into the v2 body it means and served by the same engine and jobs; answers
-# take v1's shapes (map links as strings, search data as a list, `extract` under its own key, job
-# links under /v1). Status, errors, cancel and the WebSocket watcher are the v2 handlers mounted
-# again under /v1/crawl/{id} and /v1/batch/scrape/{id}: firecrawl-py 1.x polls a batch through
-# /v1/crawl/{id}, which answers for any crawl or batch job.
+# daemon/crawl/v1/translate.py into the v2 body it means and served by the same engine and jobs;
+# answers take v1's shapes (map links as strings, search data as a list, `extract` under its own
+# key, job links under /v1). Status, errors, cancel and the WebSocket watcher are the v2 handlers
+# mounted again under /v1/crawl/{id} and /v1/batch/scrape/{id}: firecrawl-py 1.x polls a batch
+# through /v1/crawl/{id}, which answers for any crawl or batch job.
 from __future__ import annotations
 
 import dataclasses
@@ -28,10 +28,11 @@ from daemon.api.crawl import (
     scraped,
 )
 from daemon.api.crawl import routes as v2_routes
-from daemon.crawl import models, responses, v1
+from daemon.crawl.options import models, responses
 from daemon.crawl.problems import BadRequest, json_object
-from daemon.crawl.search import SearchService, parse_search
-from daemon.crawl.service import CrawlService
+from daemon.crawl.runs.service import CrawlService
+from daemon.crawl.search.service import SearchService, parse_search
+from daemon.crawl.v1 import translate as v1
 from daemon.search import SearchError
 
 

@@ -4,8 +4,8 @@
 # jobs API's DELETE /v2/crawl/{id} cancels a crawl through the store first, so it reaches every
 # instance), the `crawl` /status section and the reload hook that gives new jobs the new [crawl]
 # limits. `/v2/search` rides on the same service: the [search] provider answers, the crawl engine
-# scrapes the results. /v2/extract jobs run on the same engine (daemon/crawl/extract.py) with the
-# LLM service. The document cache is pruned by its own task and emptied by prefix through
+# scrapes the results. /v2/extract jobs run on the same engine (daemon/crawl/extract/service.py)
+# with the LLM service. The document cache is pruned by its own task and emptied by prefix through
 # DELETE /v2/cache.
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import trio
 
-from daemon.crawl.search import SearchService
-from daemon.crawl.service import CrawlService
+from daemon.crawl.runs.service import CrawlService
+from daemon.crawl.search.service import SearchService
 from daemon.logs import get_logger
 from daemon.process import Daemon
 from daemon.settings import Config, ConfigDiff
@@ -31,7 +31,7 @@ def install(daemon: Daemon) -> None:
     from daemon.api import extract as extract_api
     from daemon.api import search as search_api
     from daemon.api import v1 as v1_api
-    from daemon.crawl.extract import ExtractService
+    from daemon.crawl.extract.service import ExtractService
 
     cfg = daemon.config.crawl
     if not cfg.enabled:

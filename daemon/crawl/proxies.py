@@ -4,8 +4,9 @@
 # request), which pools a request's `proxy` option tries (basic, then stealth on 401/403/429 for
 # `auto`, as Firecrawl's 2025 code retries), credentials taken from the environment (the file
 # names variables, never holds a secret), and per-proxy counts for /status and /metrics. The
-# fetcher (daemon/crawl/fetch.py) and the browser's vetting proxy (daemon/crawl/proxy.py) do the
-# talking; both vet the TARGET with the SSRF guard before anything reaches a proxy.
+# fetcher (daemon/crawl/fetching/fetch.py) and the browser's vetting proxy
+# (daemon/crawl/fetching/proxy.py) do the talking; both vet the TARGET with the SSRF guard before
+# anything reaches a proxy.
 #
 # Per host rotation hashes the host name, so one site's pages go through one proxy in every
 # process and instance (a site sees one address, a session stays on one exit); per request

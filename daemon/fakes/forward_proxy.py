@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from daemon.crawl.proxy import SocksError, parse_request
+from daemon.crawl.fetching.proxy import SocksError, parse_request
 
 __all__ = ["Carried", "ForwardProxy", "serve_forward_proxy"]
 

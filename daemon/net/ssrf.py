@@ -11,8 +11,8 @@
 # extension makes TLS send the original name as SNI and verify the certificate against it
 # (httpcore/_async/connection.py passes it as `server_hostname` to start_tls). Redirects are
 # never followed (a 3xx is a failed attempt), so there is no second hop to re-check. The crawl
-# engine (daemon/crawl/fetch.py) reuses `vet_url` and `pinned_request` for GETs and vets each
-# redirect hop itself; it passes a `resolver` so tests can map test host names to 127.0.0.1.
+# engine (daemon/crawl/fetching/fetch.py) reuses `vet_url` and `pinned_request` for GETs and vets
+# each redirect hop itself; it passes a `resolver` so tests can map test host names to 127.0.0.1.
 #
 # The ranges are listed here rather than taken from `ipaddress.is_global`, whose answers change
 # between Python releases; `is_global` only backs the table up (anything it calls non-global is

@@ -34,6 +34,7 @@ base_url = "{base}"
 username = "demo"
 password_env = "SIM_PW"
 {tasks}
+{store}
 """
 
 TASK = """
@@ -52,6 +53,8 @@ class Running:
     path: Path
     base: str
     http: httpx.AsyncClient
+    store: str = ""
+    """The config's `[store]` section (the SQLite default when empty)."""
 
     def url(self, path: str) -> str:
         assert self.daemon.http_address is not None
@@ -60,7 +63,7 @@ class Running:
 
     def write(self, *task_ids: str) -> None:
         tasks = "".join(TASK.format(id=t, task_id=self.sim_task(t)) for t in task_ids)
-        self.path.write_text(TEMPLATE.format(base=self.base, tasks=tasks))
+        self.path.write_text(TEMPLATE.format(base=self.base, tasks=tasks, store=self.store))
 
     def sim_task(self, name: str) -> str:
         for task in self.sim.tasks.values():
@@ -79,7 +82,20 @@ class Running:
 
 
 @pytest.fixture
-async def running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Running]:
+def store_toml(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The daemon's `[store]` section: the SQLite default, or for a test marked `postgres` a
+    PostgreSQL schema of the test's own (the daemon is then a cluster member, alone)."""
+    if request.node.get_closest_marker("postgres") is None:
+        return ""
+    dsn, schema = request.getfixturevalue("pg_clean_schema")
+    monkeypatch.setenv("CRAWLD_TEST_STORE_DSN", dsn)
+    return f'[store]\nkind = "postgres"\ndsn_env = "CRAWLD_TEST_STORE_DSN"\nschema = "{schema}"\n'
+
+
+@pytest.fixture
+async def running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_toml: str
+) -> AsyncIterator[Running]:
     monkeypatch.setenv("SIM_PW", DEMO_PASSWORD)
     sim = OctoparseSim()
     stop = trio.Event()
@@ -91,7 +107,8 @@ async def running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncItera
         )
         path = tmp_path / "crawld.toml"
         async with httpx.AsyncClient() as http:
-            r = Running(None, sim, path, f"http://{host}:{port}", http)  # type: ignore[arg-type]
+            base = f"http://{host}:{port}"
+            r = Running(None, sim, path, base, http, store_toml)  # type: ignore[arg-type]
             r.write("alpha", "beta")
             r.daemon = await serve_daemon(nursery, path)
             yield r
@@ -129,6 +146,25 @@ async def test_start_consume_and_queue_size(running: Running) -> None:
     assert published is not None and float(published.group(1)) >= 120  # the registry is per process
     assert 'crawld_collector_runs_total{status="completed",task="alpha"}' in metrics
     assert 'crawld_outbox_pending{stream="queue:job_data"} 20.0' in metrics
+
+
+@pytest.mark.postgres
+async def test_a_lone_instance_on_postgresql_serves_a_start_made_as_it_comes_up(
+    running: Running,
+) -> None:
+    """Nobody holds the task's lease yet when the daemon serves: the instance listing the task
+    takes it there and then and answers with the run's job, as on SQLite."""
+    assert 'kind = "postgres"' in running.store
+    answer = await running.http.post(running.url("/crawl/start"), json={"task_id": "alpha"})
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    [started] = body["started"]
+    assert started["task_id"] == "alpha" and started["job_id"], body
+    assert "requested" not in body
+    await running.wait_idle("alpha")
+    job = await running.http.get(running.url(f"/v2/crawl/{started['job_id']}"))
+    assert job.status_code == 200, job.text
+    assert (job.json()["status"], job.json()["total"]) == ("completed", 120)
 
 
 async def test_start_errors(running: Running) -> None:

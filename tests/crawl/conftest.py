@@ -6,10 +6,10 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
-from daemon.crawl.browser import BrowserPool
 from daemon.crawl.config import BrowserConfig
-from daemon.crawl.fetch import Fetcher, FetchPolicy
-from daemon.crawl.proxy import VettingProxy
+from daemon.crawl.fetching.fetch import Fetcher, FetchPolicy
+from daemon.crawl.fetching.proxy import VettingProxy
+from daemon.crawl.rendering.browser import BrowserPool
 from daemon.fakes.site import SiteSim, host_map_resolver, serve_site
 
 

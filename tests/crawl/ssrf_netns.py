@@ -92,11 +92,11 @@ async def udp_listener(
 
 
 async def main() -> None:
-    from daemon.crawl.browser import BrowserPool
     from daemon.crawl.config import BrowserConfig, CrawlConfig
-    from daemon.crawl.engine import new_engine
-    from daemon.crawl.models import ScrapeOptions
-    from daemon.crawl.proxy import VettingProxy
+    from daemon.crawl.fetching.proxy import VettingProxy
+    from daemon.crawl.options.models import ScrapeOptions
+    from daemon.crawl.rendering.browser import BrowserPool
+    from daemon.crawl.runs.engine import new_engine
     from daemon.fakes.site import SiteSim, host_map_resolver, serve_site
 
     hits: Counter[str] = Counter()

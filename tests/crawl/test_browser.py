@@ -12,10 +12,8 @@ import pytest
 import trio
 
 from daemon import settings as config_module
-from daemon.crawl.browser import DIR_PREFIX, browser_args, stale_browsers
-from daemon.crawl.cdp import CdpClosed
 from daemon.crawl.config import BrowserConfig
-from daemon.crawl.proxy import (
+from daemon.crawl.fetching.proxy import (
     REP_COMMAND,
     REP_NOT_ALLOWED,
     SocksError,
@@ -24,6 +22,8 @@ from daemon.crawl.proxy import (
     parse_request,
     reply,
 )
+from daemon.crawl.rendering.browser import DIR_PREFIX, browser_args, stale_browsers
+from daemon.crawl.rendering.cdp import CdpClosed
 from tests.crawl.conftest import live_browser_processes, start_browser
 
 # -- pure parts ------------------------------------------------------------------------------
@@ -245,7 +245,7 @@ async def test_browser_traffic_of_its_own_goes_nowhere(nursery: trio.Nursery) ->
 
 
 def test_proxy_knows_who_connected() -> None:
-    from daemon.crawl.proxy import socket_owner
+    from daemon.crawl.fetching.proxy import socket_owner
 
     table = (
         "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid\n"
@@ -257,7 +257,7 @@ def test_proxy_knows_who_connected() -> None:
 
 
 async def test_proxy_serves_its_own_user(nursery: trio.Nursery) -> None:
-    from daemon.crawl.proxy import VettingProxy
+    from daemon.crawl.fetching.proxy import VettingProxy
 
     proxy = VettingProxy(allow_cidrs=("127.0.0.0/8",))
     await nursery.start(proxy.run)
@@ -274,7 +274,7 @@ async def test_proxy_refuses_other_users(nursery: trio.Nursery) -> None:
     import shutil
     import sys
 
-    from daemon.crawl.proxy import VettingProxy
+    from daemon.crawl.fetching.proxy import VettingProxy
 
     proxy = VettingProxy(allow_cidrs=("127.0.0.0/8",))
     await nursery.start(proxy.run)

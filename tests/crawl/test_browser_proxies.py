@@ -14,11 +14,16 @@ from typing import Any
 import pytest
 import trio
 
-from daemon.crawl.browser import BrowserPool
+from daemon.crawl.fetching.proxy import REP_NOT_ALLOWED, REP_OK, REP_REFUSED, VettingProxy
+from daemon.crawl.fetching.upstream import (
+    TunnelFailed,
+    connect_request,
+    connect_status,
+    open_tunnel,
+)
 from daemon.crawl.proxies import Proxies, ProxyServer, Upstream
-from daemon.crawl.proxy import REP_NOT_ALLOWED, REP_OK, REP_REFUSED, VettingProxy
-from daemon.crawl.render import RenderSpec, render
-from daemon.crawl.upstream import TunnelFailed, connect_request, connect_status, open_tunnel
+from daemon.crawl.rendering.browser import BrowserPool
+from daemon.crawl.rendering.render import RenderSpec, render
 from daemon.fakes.forward_proxy import ForwardProxy, serve_forward_proxy
 from daemon.fakes.site import HOSTS, SiteSim, host_map_resolver
 from tests.crawl.conftest import browser_config
@@ -189,10 +194,10 @@ async def test_rendered_pages_leave_through_the_configured_proxies(
 async def test_auto_renders_again_through_the_stealth_pool_after_a_403(
     site: SiteSim, nursery: trio.Nursery
 ) -> None:
-    from daemon.crawl.document import DocumentOptions, scrape_page
-    from daemon.crawl.fetch import Fetcher, FetchResult
-    from daemon.crawl.models import ScrapeOptions
-    from daemon.crawl.pages import PageMaker, page_plan
+    from daemon.crawl.content.document import DocumentOptions, scrape_page
+    from daemon.crawl.fetching.fetch import Fetcher, FetchResult
+    from daemon.crawl.options.models import ScrapeOptions
+    from daemon.crawl.runs.pages import PageMaker, page_plan
 
     from .conftest import policy
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.crawl.document import (
+from daemon.crawl.content.document import (
     BASE64_IMAGE_REMOVED,
     DocumentOptions,
     build_document,
@@ -17,7 +17,7 @@ from daemon.crawl.document import (
     plain_join,
     scrape_page,
 )
-from daemon.crawl.fetch import FetchResult
+from daemon.crawl.fetching.fetch import FetchResult
 
 PAGE = """<!doctype html>
 <html lang="en-GB">
@@ -264,7 +264,7 @@ def test_clean_html_largest_srcset_by_density() -> None:
 def test_converter_failure_falls_back_to_text(monkeypatch: pytest.MonkeyPatch) -> None:
     import html_to_markdown
 
-    from daemon.crawl import document
+    from daemon.crawl.content import document
 
     def refuse(html: str, options: object) -> object:
         raise html_to_markdown.ConversionError("boom")

@@ -10,8 +10,8 @@ import pytest
 import trio
 import trio.testing
 
-from daemon.crawl.fetch import Fetcher, FetchError, HostGate, accepted_content_type
-from daemon.crawl.urls import CrawlScope
+from daemon.crawl.fetching.fetch import Fetcher, FetchError, HostGate, accepted_content_type
+from daemon.crawl.fetching.urls import CrawlScope
 from daemon.fakes.site import SiteSim, host_map_resolver
 
 from .conftest import policy
@@ -142,7 +142,7 @@ async def test_size_cap(site: SiteSim, fetcher: Fetcher) -> None:
 @pytest.mark.parametrize(
     ("path", "ok"),
     [
-        ("/files/doc.pdf", True),  # PDFs are fetched and parsed (daemon/crawl/pdf.py)
+        ("/files/doc.pdf", True),  # PDFs are fetched and parsed (daemon/crawl/content/pdf.py)
         ("/files/image.png", False),
         ("/files/data.json", True),
         ("/files/notes.txt", True),
@@ -288,7 +288,7 @@ async def test_resolutions_are_cached_and_still_vetted(site: SiteSim) -> None:
 
 
 async def test_outcomes_are_counted(site: SiteSim, fetcher: Fetcher) -> None:
-    from daemon.crawl.fetch import fetches
+    from daemon.crawl.fetching.fetch import fetches
 
     ok = fetches.labels("ok")._value.get()
     unsupported = fetches.labels("SCRAPE_UNSUPPORTED_FILE_ERROR")._value.get()
@@ -357,7 +357,7 @@ async def test_gzip_bomb_hits_the_size_cap(fetcher: Fetcher) -> None:
 
 def test_policy_from_config() -> None:
     from daemon.crawl.config import CrawlConfig
-    from daemon.crawl.fetch import FetchPolicy
+    from daemon.crawl.fetching.fetch import FetchPolicy
 
     config = CrawlConfig(allow_cidrs=["127.0.0.0/8"], max_bytes=4096)
     fetch_policy = FetchPolicy.from_config(config)

@@ -8,10 +8,10 @@ import re
 import pytest
 from lxml import etree
 
-from daemon.crawl.document import DocumentOptions, build_document
-from daemon.crawl.fetch import FetchResult
-from daemon.crawl.maincontent import _units, extract_main_content
-from daemon.crawl.maincontent_rules import headings_above
+from daemon.crawl.content.document import DocumentOptions, build_document
+from daemon.crawl.content.maincontent import _units, extract_main_content
+from daemon.crawl.content.maincontent_rules import headings_above
+from daemon.crawl.fetching.fetch import FetchResult
 
 ARTICLE = """
 <h1>How the river town rebuilt its bridge</h1>
@@ -272,7 +272,7 @@ def test_links_and_images_formats_keep_firecrawls_page_wide_lists() -> None:
 def test_firecrawls_blacklist_is_only_main_content_false_plus_exclude_tags() -> None:
     """The docs' recipe for Firecrawl's exact onlyMainContent gives the old output
     (docs/explanations/main-content.md)."""
-    from daemon.crawl.document import MAIN_CONTENT_EXCLUDES, clean_html, to_markdown
+    from daemon.crawl.content.document import MAIN_CONTENT_EXCLUDES, clean_html, to_markdown
 
     exclude = tuple(f"{s.strip()}:not(:has(#main))" for s in MAIN_CONTENT_EXCLUDES.split(","))
     source = NEWS.replace('<div class="layout">', '<div class="side"><div id="main">kept</div>')

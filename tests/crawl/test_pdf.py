@@ -13,10 +13,10 @@ import pytest
 import trio
 
 from daemon.crawl.config import CrawlConfig
-from daemon.crawl.engine import Engine, new_engine
-from daemon.crawl.fetch import FetchError
-from daemon.crawl.models import BadRequest, ScrapeOptions, parse_scrape
-from daemon.crawl.pdf import PdfOptions, pdf_document, pdf_options
+from daemon.crawl.content.pdf import PdfOptions, pdf_document, pdf_options
+from daemon.crawl.fetching.fetch import FetchError
+from daemon.crawl.options.models import BadRequest, ScrapeOptions, parse_scrape
+from daemon.crawl.runs.engine import Engine, new_engine
 from daemon.fakes.site import SiteSim, host_map_resolver, serve_site
 from tests.crawl.pdfs import encrypt_pdf, make_pdf
 

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from daemon.config import ConfigError
-from daemon.crawl.fetch import Fetcher, FetchError
+from daemon.crawl.fetching.fetch import Fetcher, FetchError
 from daemon.crawl.proxies import Proxies, ProxyServer, Upstream, proxy_problems
 from daemon.fakes.forward_proxy import ForwardProxy, serve_forward_proxy
 from daemon.fakes.site import HOSTS, SiteSim, host_map_resolver

@@ -16,10 +16,10 @@ import pytest
 import trio
 
 from daemon.crawl.config import CrawlConfig
-from daemon.crawl.engine import Engine, new_engine
-from daemon.crawl.fetch import FetchError
-from daemon.crawl.models import ScrapeOptions, check_scrape_options
-from daemon.crawl.render import decode_data_uri
+from daemon.crawl.fetching.fetch import FetchError
+from daemon.crawl.options.models import ScrapeOptions, check_scrape_options
+from daemon.crawl.rendering.render import decode_data_uri
+from daemon.crawl.runs.engine import Engine, new_engine
 from daemon.fakes import js_site
 from daemon.fakes.site import SiteSim, host_map_resolver, serve_site
 from tests.crawl.conftest import RunningBrowser, browser_config, start_browser

@@ -8,9 +8,14 @@ from typing import Any
 import msgspec
 import pytest
 
-from daemon.crawl import render_rules as rr
-from daemon.crawl.models import BadRequest, ScrapeOptions, check_scrape_options, parse_scrape
-from daemon.crawl.pages import page_plan
+from daemon.crawl.options.models import (
+    BadRequest,
+    ScrapeOptions,
+    check_scrape_options,
+    parse_scrape,
+)
+from daemon.crawl.rendering import render_rules as rr
+from daemon.crawl.runs.pages import page_plan
 from daemon.fakes import js_site
 
 SHELL = "<html><body><div id='{id}'></div><script src='/app.js'></script></body></html>"

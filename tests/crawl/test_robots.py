@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.crawl.fetch import Fetcher
-from daemon.crawl.robots import Robots, fetch_robots
+from daemon.crawl.discovery.robots import Robots, fetch_robots
+from daemon.crawl.fetching.fetch import Fetcher
 from daemon.fakes.site import SiteSim
 
 RULES = """

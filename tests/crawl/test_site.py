@@ -5,10 +5,10 @@ import functools
 import trio
 import trio.testing
 
-from daemon.crawl.document import DocumentOptions, build_document, page_links
-from daemon.crawl.fetch import Fetcher, FetchError
-from daemon.crawl.robots import fetch_robots
-from daemon.crawl.urls import CrawlScope
+from daemon.crawl.content.document import DocumentOptions, build_document, page_links
+from daemon.crawl.discovery.robots import fetch_robots
+from daemon.crawl.fetching.fetch import Fetcher, FetchError
+from daemon.crawl.fetching.urls import CrawlScope
 from daemon.fakes.site import SiteSim, serve_site
 
 

@@ -4,15 +4,15 @@ import gzip
 
 import pytest
 
-from daemon.crawl.fetch import Fetcher
-from daemon.crawl.robots import Robots, fetch_robots
-from daemon.crawl.sitemap import (
+from daemon.crawl.discovery.robots import Robots, fetch_robots
+from daemon.crawl.discovery.sitemap import (
     SitemapError,
     gunzip_capped,
     parse_sitemap,
     sitemap_candidates,
     sitemap_urls,
 )
+from daemon.crawl.fetching.fetch import Fetcher
 from daemon.fakes.site import SiteSim
 
 URLSET = b"""<?xml version="1.0" encoding="UTF-8"?>

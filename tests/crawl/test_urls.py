@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.crawl.urls import (
+from daemon.crawl.fetching.urls import (
     CrawlScope,
     compile_paths,
     dedupe_key,

@@ -14,7 +14,7 @@ import trio
 from firecrawl import Firecrawl
 
 from daemon.app import Daemon
-from daemon.crawl.service import CrawlService
+from daemon.crawl.runs.service import CrawlService
 from daemon.fakes.receiver import WebhookReceiver, open_receiver
 from daemon.fakes.site import SiteSim, host_map_resolver, serve_site
 from tests.conftest import serve_daemon

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import trio
 
-from daemon.crawl.browser import DIR_PREFIX
+from daemon.crawl.rendering.browser import DIR_PREFIX
 from daemon.fakes.site import SiteSim, serve_site
 from tests.crawl.conftest import live_browser_processes, need_chromium
 from tests.crawlapi.test_crash import free_port, poll

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from daemon.crawl import cache_rules as rules
-from daemon.crawl.cache import Cached, DocumentCache
+from daemon.crawl.cache import rules
+from daemon.crawl.cache.documents import Cached, DocumentCache
 from daemon.crawl.config import CacheConfig
 from daemon.store import Store
 

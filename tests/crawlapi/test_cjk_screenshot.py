@@ -10,7 +10,7 @@ import hashlib
 import httpx
 import pytest
 
-from daemon.crawl.render import decode_data_uri
+from daemon.crawl.rendering.render import decode_data_uri
 from daemon.fakes.site import SiteSim
 from tests.crawlapi.test_sdk_render import crawl_config  # noqa: F401
 

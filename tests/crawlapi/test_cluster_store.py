@@ -7,7 +7,7 @@ from __future__ import annotations
 import trio
 
 from daemon.cluster import store as cs
-from daemon.crawl import store as crawlstore
+from daemon.crawl.runs import store as crawlstore
 from daemon.jobs import store as jobstore
 from daemon.store import Conn, Store
 

@@ -22,7 +22,7 @@ from firecrawl import Firecrawl
 from firecrawl.v2.utils.error_handler import FirecrawlError
 
 from daemon.app import Daemon
-from daemon.crawl.extract import ExtractService
+from daemon.crawl.extract.service import ExtractService
 from daemon.fakes.openai_compat import OpenAICompatService, serve_openai_compat
 from daemon.fakes.receiver import WebhookReceiver
 from daemon.fakes.site import SiteSim

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from daemon.crawl.extract_merge import gather, merge, merge_values, mergeable
-from daemon.crawl.extract_models import (
+from daemon.crawl.extract.merge import gather, merge, merge_values, mergeable
+from daemon.crawl.extract.models import (
     DEFAULT_LIMIT,
     NEED_URLS_OR_PROMPT,
     TOO_MANY_URLS,
@@ -18,7 +18,7 @@ from daemon.crawl.extract_models import (
     parse_extract,
     wildcard_base,
 )
-from daemon.crawl.models import BadRequest
+from daemon.crawl.options.models import BadRequest
 
 SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -18,8 +18,8 @@ import trio
 
 from daemon.app import Daemon
 from daemon.cluster import LeaseLost
-from daemon.crawl import crawler
-from daemon.crawl import store as crawlstore
+from daemon.crawl.runs import crawler
+from daemon.crawl.runs import store as crawlstore
 from daemon.fakes.receiver import WebhookReceiver
 from daemon.fakes.site import SiteSim
 from daemon.jobs.events import CANCELLED_BY_USER

@@ -7,9 +7,9 @@ from typing import Any
 import msgspec
 import pytest
 
-from daemon.crawl import models, rules
-from daemon.crawl.batch import batch_candidates
-from daemon.crawl.urls import CrawlScope
+from daemon.crawl.fetching.urls import CrawlScope
+from daemon.crawl.options import models, rules
+from daemon.crawl.options.batch import batch_candidates
 
 SCOPE = CrawlScope(start_url="http://site.test/docs/")
 POLICY = rules.LinkPolicy()

@@ -26,7 +26,7 @@ from firecrawl.v2.types import (
 )
 from firecrawl.v2.utils.error_handler import BadRequestError
 
-from daemon.crawl.render import decode_data_uri
+from daemon.crawl.rendering.render import decode_data_uri
 from daemon.fakes import js_site
 from daemon.fakes.site import SiteSim
 from tests.crawl.conftest import need_chromium

@@ -9,8 +9,8 @@ import httpx
 import trio
 
 from daemon.app import Daemon
-from daemon.crawl import store as crawlstore
-from daemon.crawl.service import CrawlService
+from daemon.crawl.runs import store as crawlstore
+from daemon.crawl.runs.service import CrawlService
 from daemon.fakes.site import SiteSim
 from tests.conftest import unlabelled
 

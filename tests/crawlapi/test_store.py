@@ -7,7 +7,7 @@ from typing import Any
 
 import apsw
 
-from daemon.crawl import store as crawlstore
+from daemon.crawl.runs import store as crawlstore
 from daemon.jobs import store as jobstore
 from daemon.store import Store
 

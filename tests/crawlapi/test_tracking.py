@@ -12,11 +12,11 @@ import httpx
 import trio
 from firecrawl import Firecrawl
 
-from daemon.crawl import tracking
-from daemon.crawl.models import ScrapeOptions, check_scrape_options
-from daemon.crawl.service import CrawlService
-from daemon.crawl.tracking import TrackingSpec
-from daemon.crawl.tracking_store import ChangeTracker
+from daemon.crawl.options.models import ScrapeOptions, check_scrape_options
+from daemon.crawl.runs.service import CrawlService
+from daemon.crawl.tracking import changes as tracking
+from daemon.crawl.tracking.changes import TrackingSpec
+from daemon.crawl.tracking.store import ChangeTracker
 from daemon.fakes.site import SiteSim, host_map_resolver
 from daemon.store import Store, open_store
 from tests.conftest import serve_daemon

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from daemon.crawl import tracking
+from daemon.crawl.tracking import changes as tracking
 from daemon.fakes.openai_compat import OpenAICompatService
 from daemon.fakes.site import SiteSim
 from tests.crawlapi.test_sdk_llm import crawl_config, llm_sim  # noqa: F401 (fixtures)

@@ -1,9 +1,9 @@
-"""v1 request bodies rewritten into the v2 bodies they mean (daemon/crawl/v1.py), plain values."""
+"""v1 request bodies rewritten into the v2 bodies they mean (daemon/crawl/v1/translate.py), plain values."""
 
 from __future__ import annotations
 
-from daemon.crawl import v1
-from daemon.crawl.urls import CrawlScope
+from daemon.crawl.fetching.urls import CrawlScope
+from daemon.crawl.v1 import translate as v1
 
 
 def test_scrape_options_become_v2() -> None:

@@ -1,4 +1,4 @@
-"""The crawl side of the LLM formats (daemon/crawl/llm_formats.py): the plan read from a request's
+"""The crawl side of the LLM formats (daemon/crawl/options/llm_formats.py): the plan read from a request's
 formats, the request checks, and how a document gets its json/summary and warnings."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from daemon.crawl import llm_formats
+from daemon.crawl.options import llm_formats
 from daemon.llm import LLM_TIMEOUT, LlmError, LlmResult, Usage
 
 

@@ -1,0 +1,298 @@
+# Request and response shapes of Firecrawl v2's /extract, as firecrawl-py 4.55 and firecrawl-js
+# 4.42 send and read them. Validation follows the crawl API's (daemon/crawl/options/models.py): the
+# body is read as a JSON object, every problem is collected and reported in one 400 naming its
+# field, and what crawld cannot do is refused by name (web search without [search], agents), never
+# silently dropped.
+# The validated request becomes an ExtractPlan stored with the job, so a restarted daemon works
+# on exactly what was accepted.
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from daemon.config import WebhookSpec, WebhookURL
+from daemon.crawl.options.models import (
+    ScrapeOptions,
+    check_scrape_options,
+    client_field_problems,
+    url_problems,
+    webhook_of,
+)
+from daemon.crawl.problems import (
+    BadRequest,
+    Problem,
+    converted,
+    json_object,
+    problem,
+    unknown_keys,
+)
+from daemon.crawl.v1 import translate as v1
+from daemon.llm import rules as llm_rules
+
+MAX_URLS = 10
+"""Firecrawl's beta limit on `urls`, with its words."""
+TOO_MANY_URLS = "Maximum of 10 URLs allowed per request while in beta."
+NEED_URLS_OR_PROMPT = "Either 'urls' or 'prompt' must be provided."
+MAX_PROMPT = 10_000
+DEFAULT_LIMIT = 100
+"""Most pages one extract job reads when a `/*` URL is expanded and `limit` is absent: each page
+is one model call, so the default stays small (Firecrawl's map default is far larger)."""
+MAX_LIMIT = 10_000
+
+
+class ExtractRequest(msgspec.Struct, kw_only=True):
+    urls: list[str] | None = None
+    prompt: str | None = None
+    systemPrompt: str | None = None
+    schema: dict[str, Any] | None = None
+    limit: int | None = None
+    ignoreSitemap: bool = False
+    includeSubdomains: bool = True
+    allowExternalLinks: bool = False
+    enableWebSearch: bool = False
+    scrapeOptions: ScrapeOptions | None = None
+    origin: str | None = None
+    integration: str | None = None
+    urlTrace: bool = False
+    timeout: int | None = None
+    """Milliseconds for the whole job, from its creation; a job past it fails."""
+    agent: dict[str, Any] | None = None
+    showSources: bool = False
+    ignoreInvalidURLs: bool = True
+    webhook: WebhookURL | WebhookSpec | None = None
+    threatProtection: dict[str, Any] | None = None
+    provider: str | None = None
+    """crawld's own: a named `[llm.providers]` entry instead of the default model."""
+
+
+_EXPERIMENTAL = frozenset(
+    {"__experimental_showSources", "__experimental_streamSteps", "__experimental_llmUsage",
+     "__experimental_showCostTracking", "__experimental_cacheKey", "__experimental_cacheMode"}
+)  # fmt: skip
+_KEYS = frozenset(ExtractRequest.__struct_fields__) | _EXPERIMENTAL
+
+
+class ExtractPlan(msgspec.Struct, kw_only=True):
+    """A validated extract request with every default applied; stored with the job."""
+
+    urls: list[str]
+    """In the request's order; a `/*` URL keeps its suffix (the job expands it)."""
+    prompt: str | None
+    system_prompt: str | None
+    schema: dict[str, Any] | None
+    limit: int
+    ignore_sitemap: bool
+    include_subdomains: bool
+    allow_external_links: bool
+    options: ScrapeOptions
+    web_search: bool = False
+    """Add the pages a web search for the prompt finds (enableWebSearch, or no urls)."""
+    show_sources: bool
+    timeout: int | None
+    webhook: WebhookSpec | None
+    provider: str | None = None
+    invalid_urls: list[str] = []
+    warning: str = ""
+
+
+def wildcard_base(url: str) -> str | None:
+    """`https://site/docs/*` → `https://site/docs/`; None for a URL without the `/*` suffix."""
+    return url[:-1] if url.endswith("/*") else None
+
+
+def schema_problems(schema: Any, path: str = "$.schema") -> list[dict[str, Any]]:
+    """Firecrawl's 400s for an extraction schema (the LLM service's checks, shared with the
+    `json` format): a JSON Schema object that compiles, with no schema-less dictionary."""
+    found = llm_rules.schema_problem(schema)
+    return [] if found is None else [problem(path, found)]
+
+
+def parse_extract(body: bytes, *, browser: bool = False, search: bool = False) -> ExtractPlan:
+    """The plan of a POST /v2/extract body; BadRequest with every problem found. `search`: a
+    web search provider is configured ([search]); without one a request needing it (no urls, or
+    enableWebSearch) is refused."""
+    raw = json_object(body)
+    problems = _raw_problems(raw)
+    if problems:
+        raise BadRequest(problems)
+    request = converted(raw, ExtractRequest, problems)
+    urls = request.urls or []
+    problems += _request_problems(request, urls, search)
+    valid, invalid = _checked_urls(request, urls, problems)
+    options, warnings = _page_options(request, browser, problems)
+    webhook, more = webhook_of(request.webhook)
+    problems += more
+    if problems:
+        raise BadRequest(problems)
+    return ExtractPlan(
+        urls=valid,
+        prompt=request.prompt,
+        system_prompt=request.systemPrompt,
+        schema=request.schema,
+        limit=request.limit or DEFAULT_LIMIT,
+        ignore_sitemap=request.ignoreSitemap,
+        include_subdomains=request.includeSubdomains,
+        allow_external_links=request.allowExternalLinks or request.enableWebSearch,
+        web_search=bool(search and (request.enableWebSearch or not urls)),
+        options=options,
+        show_sources=request.showSources,
+        timeout=request.timeout,
+        webhook=webhook,
+        provider=request.provider,
+        invalid_urls=invalid,
+        warning=" ".join(warnings),
+    )
+
+
+def _raw_problems(raw: dict[str, Any]) -> list[Problem]:
+    """The keys of the body as read (unknown keys, the client's fields, the schema); the
+    experimental keys are dropped and the schema normalised in `raw`."""
+    problems = unknown_keys(raw, _KEYS, "$") + client_field_problems(raw, "$")
+    nested = raw.get("scrapeOptions")
+    if isinstance(nested, dict):
+        problems += unknown_keys(
+            nested, frozenset(ScrapeOptions.__struct_fields__), "$.scrapeOptions"
+        )
+    if raw.pop("__experimental_showSources", False) is True:
+        raw.setdefault("showSources", True)
+    for key in _EXPERIMENTAL:
+        raw.pop(key, None)
+    if raw.get("schema") is not None:
+        if isinstance(raw["schema"], dict):
+            raw["schema"] = llm_rules.normalize_schema(raw["schema"])
+        problems += schema_problems(raw["schema"])
+    return problems
+
+
+def _request_problems(request: ExtractRequest, urls: list[str], search: bool) -> list[Problem]:
+    problems: list[Problem] = []
+    if not urls and not request.prompt:
+        problems.append(problem("$.urls", NEED_URLS_OR_PROMPT))
+    elif not urls and not search:
+        problems.append(
+            problem("$.urls", "required: extracting without urls needs a web search, and no"
+                     " search provider is configured ([search])")
+        )  # fmt: skip
+    if len(urls) > MAX_URLS:
+        problems.append(problem("$.urls", TOO_MANY_URLS))
+    if request.enableWebSearch and not search:
+        problems.append(
+            problem("$.enableWebSearch", "web search is not configured on this crawld"
+                     " ([search]); send enableWebSearch: false (or leave it out) and list the"
+                     " urls")
+        )  # fmt: skip
+    for key in ("prompt", "systemPrompt"):
+        text = getattr(request, key)
+        if text is not None and len(text) > MAX_PROMPT:
+            problems.append(problem(f"$.{key}", f"at most {MAX_PROMPT} characters"))
+    if search and (request.enableWebSearch or not urls) and not request.prompt:
+        problems.append(problem("$.prompt", "required for a web search: what to search for"))
+    if request.limit is not None and not 1 <= request.limit <= MAX_LIMIT:
+        problems.append(problem("$.limit", f"an integer between 1 and {MAX_LIMIT}"))
+    if request.timeout is not None and request.timeout < 1000:
+        problems.append(problem("$.timeout", "milliseconds, at least 1000"))
+    if request.agent:
+        problems.append(problem("$.agent", "agents (FIRE-1) are not supported by crawld"))
+    if request.threatProtection:
+        problems.append(problem("$.threatProtection", "not supported by crawld"))
+    if request.provider is not None and not request.provider:
+        problems.append(problem("$.provider", "a provider name from [llm.providers]"))
+    return problems
+
+
+def _checked_urls(
+    request: ExtractRequest, urls: list[str], problems: list[Problem]
+) -> tuple[list[str], list[str]]:
+    """(valid, invalid) URLs; an invalid one is a problem added to `problems` unless
+    ignoreInvalidURLs."""
+    valid: list[str] = []
+    invalid: list[str] = []
+    for i, url in enumerate(urls):
+        bad = url_problems(url, f"$.urls[{i}]")
+        if not bad:
+            valid.append(url.strip())
+        elif request.ignoreInvalidURLs:
+            invalid.append(url[:2048])
+        else:
+            problems += bad
+    if urls and not valid and not problems and not request.enableWebSearch:
+        problems.append(problem("$.urls", "No valid URLs provided"))
+    return valid, invalid
+
+
+def _page_options(
+    request: ExtractRequest, browser: bool, problems: list[Problem]
+) -> tuple[ScrapeOptions, list[str]]:
+    """The scrape options of every page (markdown only) and the warnings; their problems are
+    added to `problems`."""
+    options = request.scrapeOptions or ScrapeOptions()
+    warnings: list[str] = []
+    if any(f not in ("markdown", {"type": "markdown"}) for f in options.formats):
+        warnings.append("scrapeOptions.formats is ignored: /v2/extract reads each page as markdown")
+    options.formats = ["markdown"]
+    more, warning = check_scrape_options(options, "$.scrapeOptions", browser=browser)
+    problems += more
+    if warning:
+        warnings.append(warning)
+    return options, warnings
+
+
+def v1_body(body: bytes) -> bytes:
+    """A POST /v1/extract body as the v2 body it means: `ignoreInvalidURLs` defaults to false,
+    `scrapeOptions` are v1's (converted by daemon/crawl/v1/translate.py) with `onlyMainContent`
+    false by default (V1T)."""
+    raw = json_object(body)
+    raw.setdefault("ignoreInvalidURLs", False)
+    nested = raw.get("scrapeOptions")
+    if nested is None:
+        raw["scrapeOptions"] = {"onlyMainContent": False}
+    elif isinstance(nested, dict):
+        problems = unknown_keys(nested, v1.V1_SCRAPE_OPTIONS, "$.scrapeOptions")
+        options, more = v1.scrape_options(nested, "$.scrapeOptions")
+        if problems or more:
+            raise BadRequest(problems + more)
+        options.setdefault("onlyMainContent", False)
+        raw["scrapeOptions"] = options
+    return msgspec.json.encode(raw)
+
+
+_plan_decoder = msgspec.json.Decoder(ExtractPlan)
+
+
+def decode_plan(raw: bytes) -> ExtractPlan:
+    return _plan_decoder.decode(raw)
+
+
+def instruction(plan: ExtractPlan) -> str | None:
+    """What the model is asked besides the schema: the system prompt, then the prompt."""
+    parts = [p for p in (plan.system_prompt, plan.prompt) if p]
+    return "\n\n".join(parts) or None
+
+
+# -- responses ---------------------------------------------------------------------------------
+
+
+class ExtractStarted(msgspec.Struct, kw_only=True, omit_defaults=True):
+    success: bool
+    id: str
+    urlTrace: list[Any]
+    """Always `[]`: crawld keeps no URL trace (Firecrawl fills it only with urlTrace: true)."""
+    invalidURLs: list[str] | None = None
+    warning: str | None = None
+
+
+class ExtractStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """GET /v2/extract/{id}: `data` is `[]` until completed, then the merged object."""
+
+    success: bool
+    status: str
+    """processing | completed | failed | cancelled"""
+    data: Any
+    error: str | None = None
+    warning: str | None = None
+    expiresAt: str
+    sources: dict[str, list[str]] | None = None
+    """Only when the request set showSources."""
+    tokensUsed: int | None = None
+    """Model tokens (prompt + completion) this job spent; once completed."""

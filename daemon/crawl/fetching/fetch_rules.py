@@ -1,0 +1,104 @@
+# The rules of fetching that need no connection: which content types are scraped, and how a
+# failed exchange reads as one of Firecrawl's error codes with a message safe to show (URLs
+# redacted, a proxy's credentials masked). Pure functions, tested with plain values; the Fetcher
+# (daemon/crawl/fetching/fetch.py) applies them.
+from __future__ import annotations
+
+import ssl
+
+import httpx
+
+from daemon.crawl.proxies import Upstream
+from daemon.redact import MASK, cap, redact_url
+
+_TEXT_TYPES = frozenset(
+    {"application/json", "application/xml", "application/xhtml+xml", "application/rss+xml",
+     "application/pdf"}
+)  # fmt: skip
+
+
+class FetchError(Exception):
+    """A page that could not be fetched. `code` is Firecrawl's error code (SCRAPE_TIMEOUT,
+    SCRAPE_DNS_RESOLUTION_ERROR, SCRAPE_SSL_ERROR, SCRAPE_SITE_ERROR,
+    SCRAPE_UNSUPPORTED_FILE_ERROR, CRAWL_DENIAL); `message` is safe to show the user (URLs in it
+    are redacted); `url` is the URL that was requested."""
+
+    def __init__(self, code: str, message: str, url: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.url = url
+
+
+def shown_url(url: str) -> str:
+    """A URL as it may appear in an error: credentials and query values masked, cut short."""
+    return cap(redact_url(url))
+
+
+def accepted_content_type(content_type: str) -> bool:
+    """HTML, text/*, JSON, XML and PDF are scraped; other types (images, archives) are not.
+    A missing Content-Type is accepted (the body is sniffed later)."""
+    kind = content_type.split(";", 1)[0].strip().lower()
+    return (
+        not kind
+        or kind.startswith("text/")
+        or kind in _TEXT_TYPES
+        or kind.endswith(("+json", "+xml"))
+    )
+
+
+def is_tls_error(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, ssl.SSLError | ssl.CertificateError):
+            return True
+        text = str(seen)
+        if "CERTIFICATE_VERIFY_FAILED" in text or "SSL" in text or "TLS" in text:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def http_failure(exc: httpx.HTTPError, url: str) -> FetchError:
+    shown = shown_url(url)
+    if isinstance(exc, httpx.TimeoutException):
+        return FetchError("SCRAPE_TIMEOUT", f"timed out fetching {shown}", url)
+    if is_tls_error(exc):
+        return FetchError("SCRAPE_SSL_ERROR", f"TLS handshake with {shown} failed: {exc}", url)
+    if isinstance(exc, httpx.ConnectError):
+        return FetchError("SCRAPE_SITE_ERROR", f"cannot connect to {shown}: {exc}", url)
+    return FetchError("SCRAPE_SITE_ERROR", f"error fetching {shown}: {type(exc).__name__}", url)
+
+
+def proxy_failure(exc: httpx.HTTPError, url: str, upstream: Upstream) -> FetchError:
+    """A failure through a proxy: connection errors are the proxy's (crawld only ever connects
+    to the proxy), named by its label; any credential in the text is masked."""
+    shown = shown_url(url)
+    text = str(exc) or type(exc).__name__
+    for secret in upstream.secrets():
+        text = text.replace(secret, MASK)
+    if isinstance(exc, httpx.TimeoutException):
+        return FetchError(
+            "SCRAPE_TIMEOUT", f"timed out fetching {shown} via proxy {upstream.name}", url
+        )
+    if isinstance(exc, httpx.ProxyError):
+        return FetchError(
+            "SCRAPE_SITE_ERROR", f"proxy {upstream.name} refused {shown}: {cap(text)}", url
+        )
+    if is_tls_error(exc):
+        return FetchError(
+            "SCRAPE_SSL_ERROR",
+            f"TLS with {shown} via proxy {upstream.name} failed: {cap(text)}",
+            url,
+        )
+    if isinstance(exc, httpx.ConnectError):
+        return FetchError(
+            "SCRAPE_SITE_ERROR", f"cannot connect to proxy {upstream.name}: {cap(text)}", url
+        )
+    return FetchError(
+        "SCRAPE_SITE_ERROR",
+        f"error fetching {shown} via proxy {upstream.name}: {type(exc).__name__}",
+        url,
+    )

@@ -1,0 +1,263 @@
+# `/v2/search` (and `/v1/search`): a Firecrawl search request is validated here with Firecrawl's
+# rules, answered by the core search provider (daemon/search), and, when `scrapeOptions` asks for
+# formats, each web and news result is scraped through the crawl engine like a `/v2/scrape` (the
+# SSRF guard, robots-free as Firecrawl's scrape, the same document formats). One deadline, the
+# request's `timeout`, covers the search and its scrapes; a result that cannot be scraped keeps
+# its search fields and is named in the answer's `warning`, so one bad page never fails a search.
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import msgspec
+import trio
+from prometheus_client import Counter
+
+from daemon.crawl.fetching.fetch import FetchError
+from daemon.crawl.options import models
+from daemon.crawl.options.models import ScrapeOptions, ScrapeRequest
+from daemon.crawl.problems import BadRequest, converted, json_object, problem, unknown_keys
+from daemon.crawl.runs.service import CrawlService
+from daemon.logs import get_logger
+from daemon.metrics import REGISTRY
+from daemon.redact import redact_url
+from daemon.search import SearchConfig, SearchError, SearchQuery, SearxngClient
+from daemon.search.rules import SOURCES, warnings
+
+log = get_logger("crawl.search")
+
+searches = Counter(
+    "crawld_searches",
+    "Search requests by outcome (ok, or the error code)",
+    ["outcome"],
+    registry=REGISTRY,
+)
+
+CATEGORIES = frozenset({"github", "research", "pdf"})
+MAX_QUERY = 1000
+MAX_DOMAINS = 50
+NOT_CONFIGURED = (
+    "search is not configured: set [search] base_url to a SearXNG instance (see config.toml)"
+)
+
+
+class SearchRequest(msgspec.Struct, kw_only=True):
+    """The body of POST /v2/search, as Firecrawl's v2 schema has it."""
+
+    query: str
+    limit: int = 10
+    tbs: str | None = None
+    filter: str | None = None
+    sources: list[str | dict[str, Any]] = msgspec.field(default_factory=lambda: ["web"])
+    categories: list[str | dict[str, Any]] = []
+    includeDomains: list[str] = []
+    excludeDomains: list[str] = []
+    lang: str = "en"
+    country: str | None = None
+    location: str | None = None
+    safe: bool = False
+    timeout: int = 60_000
+    ignoreInvalidURLs: bool = False
+    asyncScraping: bool | None = None
+    highlights: bool | None = None
+    enterprise: list[str] | None = None
+    domainTools: bool | None = None
+    toolDetail: str | None = None
+    threatProtection: dict[str, Any] | None = None
+    origin: str | None = None
+    integration: str | None = None
+    scrapeOptions: dict[str, Any] | None = None
+
+
+class ParsedSearch(msgspec.Struct, kw_only=True):
+    query: SearchQuery
+    options: ScrapeOptions | None
+    """Scrape options with at least one format; None: results are not scraped."""
+    timeout_s: float
+    warning: str = ""
+
+
+def _types(values: list[str | dict[str, Any]], path: str, allowed: frozenset[str]) -> tuple[
+    list[str], list[dict[str, Any]]
+]:  # fmt: skip
+    names, problems = [], []
+    for i, value in enumerate(values):
+        name = value.get("type") if isinstance(value, dict) else value
+        if not isinstance(name, str) or name not in allowed:
+            expected = " | ".join(sorted(allowed))
+            problems.append(problem(f"{path}[{i}]", f"Invalid enum value. Expected {expected}"))
+        elif name not in names:
+            names.append(name)
+    return names, problems
+
+
+def _domains(values: list[str], path: str) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
+    if len(values) > MAX_DOMAINS:
+        return (), [problem(path, f"at most {MAX_DOMAINS} domains")]
+    out, problems = [], []
+    for i, value in enumerate(values):
+        host = value.strip().lower().removeprefix("https://").removeprefix("http://").strip("/.")
+        if not host or "/" in host or " " in host or len(host) > 253:
+            problems.append(problem(f"{path}[{i}]", "a host name such as example.com"))
+        else:
+            out.append(host)
+    return tuple(out), problems
+
+
+def parse_search(
+    body: bytes,
+    *,
+    browser: bool = False,
+    default_lang: str = "en",
+    llm: Any = None,
+    stealth: bool = False,
+) -> ParsedSearch:
+    """A validated search; BadRequest naming every problem (Firecrawl's 400)."""
+    raw = json_object(body)
+    problems = unknown_keys(raw, frozenset(SearchRequest.__struct_fields__), "$")
+    problems += models.client_field_problems(raw, "$")
+    if problems:
+        raise BadRequest(problems)
+    request = converted(raw, SearchRequest, problems)
+    if not request.query.strip():
+        problems.append(problem("$.query", "must not be empty"))
+    elif len(request.query) > MAX_QUERY:
+        problems.append(problem("$.query", f"at most {MAX_QUERY} characters"))
+    if not 1 <= request.limit <= 100:
+        problems.append(problem("$.limit", "between 1 and 100"))
+    if not 1000 <= request.timeout <= 300_000:
+        problems.append(problem("$.timeout", "milliseconds between 1000 and 300000"))
+    sources, more = _types(request.sources, "$.sources", frozenset(SOURCES))
+    problems += more
+    if not sources and not more:
+        problems.append(problem("$.sources", "at least one of web, news, images"))
+    categories, more = _types(request.categories, "$.categories", CATEGORIES)
+    problems += more
+    include, more = _domains(request.includeDomains, "$.includeDomains")
+    problems += more
+    exclude, more = _domains(request.excludeDomains, "$.excludeDomains")
+    problems += more
+    if include and exclude:
+        both = "includeDomains and excludeDomains cannot both be given"
+        problems.append(problem("$.includeDomains", both))
+    for key in ("domainTools", "highlights"):
+        if getattr(request, key):
+            problems.append(problem(f"$.{key}", f"{key} is not supported by crawld"))
+    if request.enterprise:
+        problems.append(problem("$.enterprise", "enterprise search is not offered by crawld"))
+    if request.threatProtection:
+        problems.append(problem("$.threatProtection", "not supported by crawld"))
+    options, more, warning = _scrape_options(request.scrapeOptions, browser, llm, stealth)
+    problems += more
+    if problems:
+        raise BadRequest(problems)
+    query = SearchQuery(
+        query=request.query.strip(), sources=tuple(sources), limit=request.limit,
+        lang=request.lang or default_lang, country=request.country, tbs=request.tbs,
+        safe=request.safe, include_domains=include, exclude_domains=exclude,
+        categories=tuple(categories), location=request.location,
+    )  # fmt: skip
+    said = [*warnings(query), *([warning] if warning else [])]
+    if request.filter:
+        said.append("filter is not sent to SearXNG: ignored")
+    return ParsedSearch(query=query, options=options, timeout_s=request.timeout / 1000,
+                        warning=" ".join(said))  # fmt: skip
+
+
+def _scrape_options(
+    raw: dict[str, Any] | None, browser: bool, llm: Any = None, stealth: bool = False
+) -> tuple[ScrapeOptions | None, list[dict[str, Any]], str]:
+    if raw is None:
+        return None, [], ""
+    problems = unknown_keys(raw, models.SCRAPE_KEYS, "$.scrapeOptions")
+    if problems:
+        return None, problems, ""
+    options = converted({"formats": [], **raw}, ScrapeOptions, problems)
+    more, warning = models.check_scrape_options(
+        options, "$.scrapeOptions", browser=browser, llm=llm, stealth=stealth
+    )
+    if more:
+        return None, more, ""
+    return (options if options.formats else None), [], warning
+
+
+class SearchService:
+    """Answers searches with the configured provider, scraping results through `crawl`."""
+
+    def __init__(self, crawl: CrawlService, config: SearchConfig) -> None:
+        self.crawl = crawl
+        self.config = config
+        self.client: SearxngClient | None = SearxngClient(config) if config.enabled else None
+        self.counts = {"ok": 0, "failed": 0, "results": 0, "scraped": 0, "scrape_failed": 0}
+
+    def configure(self, config: SearchConfig) -> None:
+        """A reload: searches started from now on use `config`."""
+        self.config = config
+        self.client = SearxngClient(config) if config.enabled else None
+
+    @property
+    def enabled(self) -> bool:
+        return self.client is not None
+
+    async def search(self, parsed: ParsedSearch) -> dict[str, Any]:
+        """Firecrawl's `{success, data: {web?, news?, images?}, creditsUsed, id, warning?}`;
+        SearchError when the provider fails or the deadline passes before it answers."""
+        deadline = trio.current_time() + parsed.timeout_s
+        try:
+            if self.client is None:
+                raise SearchError("SEARCH_NOT_CONFIGURED", NOT_CONFIGURED, 400)
+            data = await self.client.search(parsed.query, timeout_s=parsed.timeout_s)
+        except SearchError as exc:
+            self.counts["failed"] += 1
+            searches.labels(exc.code).inc()
+            raise
+        said = [parsed.warning] if parsed.warning else []
+        if parsed.options is not None:
+            failed = await self._scrape_all(data, parsed.options, deadline)
+            if failed:
+                listed = "; ".join(failed[:5])
+                said.append(f"{len(failed)} result(s) could not be scraped: {listed}")
+        self.counts["ok"] += 1
+        self.counts["results"] += sum(len(items) for items in data.values())
+        searches.labels("ok").inc()
+        answer: dict[str, Any] = {"success": True, "data": data, "creditsUsed": 0,
+                                  "id": str(uuid.uuid4())}  # fmt: skip
+        if said:
+            answer["warning"] = " ".join(said)
+        return answer
+
+    async def _scrape_all(
+        self, data: dict[str, list[dict[str, Any]]], options: ScrapeOptions, deadline: float
+    ) -> list[str]:
+        items = [item for source in ("web", "news") for item in data.get(source, [])]
+        failed: list[str] = []
+        limiter = trio.CapacityLimiter(self.config.scrape_concurrency)
+
+        async def one(item: dict[str, Any]) -> None:
+            async with limiter:
+                try:
+                    document = await self.crawl.scrape(ScrapeRequest(url=item["url"],
+                                                                     options=options))  # fmt: skip
+                except FetchError as exc:
+                    self.counts["scrape_failed"] += 1
+                    failed.append(f"{redact_url(item['url'])}: {exc.code}")
+                    return
+                self.counts["scraped"] += 1
+                item.update(document)
+
+        with trio.move_on_at(deadline) as scope:
+            async with trio.open_nursery() as nursery:
+                for item in items:
+                    nursery.start_soon(one, item)
+        if scope.cancelled_caught:
+            done = sum(1 for item in items if "metadata" in item)
+            failed.append(f"the request's timeout passed with {len(items) - done} not scraped")
+        return failed
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "enabled": self.enabled,
+            "provider": self.config.provider,
+            "base_url": redact_url(self.config.base_url) if self.enabled else None,
+            **self.counts,
+        }
