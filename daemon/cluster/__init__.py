@@ -12,7 +12,10 @@
 #   left by a dead process and are claimed again (see each area's store).
 #
 # One task per process (`run`) does all the talking: each tick is one write holding the
-# heartbeat, the renewal of every held lease and the tries for wanted free ones. A second task
+# heartbeat, the renewal of every held lease and the tries for wanted free ones; a task that must
+# know whether a lease it waits for is held elsewhere before it goes on (a collector task before
+# the API serves) has the next tick come at once and waits for its try (`try_now`), rather than
+# taking the lease beside the tick (a second take would fence out the first). A second task
 # drops leases whose renewal has not come back in time (the database may be unreachable):
 # River's "a leader that cannot renew steps down". With SQLite the same code runs with one member
 # that takes every lease on its first try and never steps down (no one else can take over a file
@@ -125,6 +128,8 @@ class Cluster:
         self._wanted: dict[str, trio.Event] = {}
         self._taken: dict[str, int] = {}
         self._wake = trio.Event()
+        self._tries: dict[str, trio.Event] = {}
+        """Lease name → set by the next tick that tries for it (what `try_now` waits for)."""
         self._next_renewal = 0.0
         self._retry_at: float | None = None
         """When the first lease wanted here and held elsewhere runs out (this clock)."""
@@ -245,6 +250,9 @@ class Cluster:
             self._taken[name] = token
             if (event := self._wanted.get(name)) is not None:
                 event.set()
+        for name in wanted:
+            if (tried := self._tries.pop(name, None)) is not None:
+                tried.set()
 
     async def _expire_loop(self) -> None:
         while True:
@@ -277,6 +285,16 @@ class Cluster:
                 # Taken but nobody is left to run it: give it straight back.
                 with trio.CancelScope(shield=True), contextlib.suppress(*DB_ERRORS):
                     await self.store.write(functools.partial(_release, name=name, token=token))
+
+    async def try_now(self, name: str) -> bool:
+        """Have the cluster task try at once for `name`, which a task of this process waits for
+        (or is about to wait for) in `acquire`, and wait for that try: whether this process
+        holds the lease then, or has just taken it for its waiter (False: held elsewhere)."""
+        if name not in self.held and name not in self._taken:
+            tried = self._tries.setdefault(name, trio.Event())
+            self._wake.set()
+            await tried.wait()
+        return name in self.held or name in self._taken
 
     async def try_acquire(self, names: Sequence[str]) -> list[Lease]:
         """Take those of `names` that are free now, in one write; held ones are skipped."""

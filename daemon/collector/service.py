@@ -6,11 +6,16 @@
 # In cluster mode each task's crawler runs under the lease `collector:<task id>` (only instances
 # listing the task compete for it): a task listed on several instances runs on one at a time, a
 # task removed by reload gives its lease back, an added one competes for it. The owner also takes
-# the start/stop requests other instances leave for the lease (see `hand_over`).
+# the start/stop requests other instances leave for the lease (see `hand_over`). A crawler
+# counts as started only once its instance has tried for the lease (`_run_owned`), so the API,
+# which serves after every crawler started, never sees a task listed here that nobody holds yet:
+# an instance alone answers a start with the run's job, as on SQLite, and a request is left only
+# for an owner that exists.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -38,6 +43,9 @@ log = get_logger("collector")
 STATUS_WAIT_S = 1.0
 """How long /status waits for the store before showing the collector without it."""
 STATUS_FAILURES: tuple[type[BaseException], ...] = (*STORE_FAILURES, trio.TooSlowError)
+CLAIM_WAIT_S = 5.0
+"""How long a task's crawler, at its start in cluster mode, waits for this instance to try for
+the task's lease and run under it, before it counts as started anyway."""
 
 
 class UnknownTask(Exception):
@@ -76,8 +84,10 @@ def request_webhook(value: Any) -> str | WebhookSpec | None:
 @dataclass
 class _Running:
     crawler: TaskCrawler
-    scope: trio.CancelScope
-    done: trio.Event
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    done: trio.Event = field(default_factory=trio.Event)
+    serving: trio.Event = field(default_factory=trio.Event)
+    """Set once the crawler runs under the task's lease (cluster mode), replaced when it stops."""
 
 
 class Collector:
@@ -149,46 +159,53 @@ class Collector:
 
     async def _start(self, task: TaskConfig) -> None:
         assert self._nursery is not None
-        crawler = self._build(task)
-        scope = trio.CancelScope()
-        done = trio.Event()
+        running = _Running(self._build(task))
 
         async def life(task_status: trio.TaskStatus[None]) -> None:
             try:
-                with scope:
+                with running.scope:
                     if self.cluster is None:
-                        await crawler.run(task_status=task_status)
+                        await running.crawler.run(task_status=task_status)
                     else:
-                        await self._run_owned(self.cluster, crawler, task_status)
+                        await self._run_owned(self.cluster, running, task_status)
             finally:
-                done.set()
+                running.done.set()
 
         await self._nursery.start(life)
-        self.crawlers[task.id] = _Running(crawler, scope, done)
+        self.crawlers[task.id] = running
 
     async def _run_owned(
-        self, cluster: Cluster, crawler: TaskCrawler, task_status: trio.TaskStatus[None]
+        self, cluster: Cluster, running: _Running, task_status: trio.TaskStatus[None]
     ) -> None:
-        """Run the crawler whenever this instance holds the task's lease. Alone on the store
-        (SQLite) the lease is taken at once, and the crawler counts as started once it holds
-        it; with others it counts as started at once (another instance may own the task)."""
-        if cluster.multi:
+        """Run the crawler whenever this instance holds the task's lease. It counts as started
+        once it runs under the lease, or (other instances sharing the store) once a try found
+        the lease held elsewhere or CLAIM_WAIT_S passed: a start the API serves after that is
+        run here or left for an owner that exists, not for nobody. Alone on SQLite the lease is
+        always taken at the first try, and the wait is the crawler's own start."""
+        name = lease_name(running.crawler.task.id)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(
+                cluster.run_owned, name, functools.partial(self._owned, cluster, running)
+            )
+            with trio.move_on_after(CLAIM_WAIT_S if cluster.multi else math.inf):
+                if await cluster.try_now(name):
+                    await running.serving.wait()
             task_status.started()
-            task_status = trio.TASK_STATUS_IGNORED
 
-        async def owned(lease: Lease) -> None:
-            nonlocal task_status
-            status, task_status = task_status, trio.TASK_STATUS_IGNORED
+    async def _owned(self, cluster: Cluster, running: _Running, lease: Lease) -> None:
+        """The crawler's life while this instance holds the task's lease."""
+        crawler = running.crawler
+        try:
             async with trio.open_nursery() as nursery:
                 run = functools.partial(crawler.run, lease, resume_interrupted=cluster.multi)
                 # Requests are taken once the crawler knows whether it continues a job, so a
                 # stop left while nobody ran the task reaches that job.
                 await nursery.start(run)
-                status.started()
+                running.serving.set()
                 if cluster.multi:  # alone, every start and stop is served here directly
                     nursery.start_soon(self._take_requests, cluster, crawler, lease, nursery)
-
-        await cluster.run_owned(lease_name(crawler.task.id), owned)
+        finally:
+            running.serving = trio.Event()
 
     async def _take_requests(
         self, cluster: Cluster, crawler: TaskCrawler, lease: Lease, nursery: trio.Nursery

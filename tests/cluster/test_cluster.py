@@ -135,3 +135,26 @@ async def test_requests_reach_the_holder(two_stores: tuple[Store, Store]) -> Non
             got = await a.requests(lease)
         assert [(r.action, r.body, r.from_instance) for r in got] == [("start", {"by": "api"}, "b")]
         nursery.cancel_scope.cancel()
+
+
+async def test_try_now_tries_a_wanted_lease_at_once_and_says_whether_it_was_taken(
+    two_stores: tuple[Store, Store],
+) -> None:
+    a_store, b_store = two_stores
+    a = Cluster(a_store, instance="a", lease_s=30.0, multi=True)
+    b = Cluster(b_store, instance="b", lease_s=30.0, multi=True)
+
+    async def hold(lease: Lease) -> None:
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(a.run)
+        await nursery.start(b.run)
+        nursery.start_soon(a.run_owned, "duty", hold)
+        with trio.fail_after(5):
+            assert await a.try_now("duty")  # asked before its waiter even started waiting
+        nursery.start_soon(b.run_owned, "duty", hold)
+        with trio.fail_after(5):  # answered by a try, not when a's 30 s lease would run out
+            assert not await b.try_now("duty")
+        assert "duty" in a.held and "duty" not in b.held
+        nursery.cancel_scope.cancel()

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import trio
 
@@ -81,22 +84,10 @@ class Running:
                 await trio.sleep(0.01)
 
 
-@pytest.fixture
-def store_toml(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The daemon's `[store]` section: the SQLite default, or for a test marked `postgres` a
-    PostgreSQL schema of the test's own (the daemon is then a cluster member, alone)."""
-    if request.node.get_closest_marker("postgres") is None:
-        return ""
-    dsn, schema = request.getfixturevalue("pg_clean_schema")
-    monkeypatch.setenv("CRAWLD_TEST_STORE_DSN", dsn)
-    return f'[store]\nkind = "postgres"\ndsn_env = "CRAWLD_TEST_STORE_DSN"\nschema = "{schema}"\n'
-
-
-@pytest.fixture
-async def running(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_toml: str
-) -> AsyncIterator[Running]:
-    monkeypatch.setenv("SIM_PW", DEMO_PASSWORD)
+@contextlib.asynccontextmanager
+async def daemon_with_sim(tmp_path: Path, store: str = "") -> AsyncIterator[Running]:
+    """A daemon listing tasks alpha and beta of a fresh Octoparse simulator; `store`: its
+    `[store]` section (the SQLite default when empty)."""
     sim = OctoparseSim()
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
@@ -108,12 +99,34 @@ async def running(
         path = tmp_path / "crawld.toml"
         async with httpx.AsyncClient() as http:
             base = f"http://{host}:{port}"
-            r = Running(None, sim, path, base, http, store_toml)  # type: ignore[arg-type]
+            r = Running(None, sim, path, base, http, store)  # type: ignore[arg-type]
             r.write("alpha", "beta")
             r.daemon = await serve_daemon(nursery, path)
             yield r
             r.daemon.request_stop()
         stop.set()
+
+
+@pytest.fixture
+async def running(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Running]:
+    monkeypatch.setenv("SIM_PW", DEMO_PASSWORD)
+    async with daemon_with_sim(tmp_path) as opened:
+        yield opened
+
+
+@contextlib.contextmanager
+def lease_row_locked(dsn: str, schema: str, name: str) -> Iterator[psycopg.Connection[Any]]:
+    """A free lease row `name` that another session holds locked until its transaction ends
+    (`.rollback()`): a take of the lease waits for it, as a busy database would make it wait."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            f'INSERT INTO "{schema}".cluster_leases(name, holder, token, acquired_ms, expires_ms)'
+            " VALUES (%s, 'gone', 1, 0, 0)",
+            (name,),
+        )
+        conn.commit()
+        conn.execute(f'SELECT 1 FROM "{schema}".cluster_leases WHERE name = %s FOR UPDATE', (name,))
+        yield conn
 
 
 async def test_start_consume_and_queue_size(running: Running) -> None:
@@ -149,22 +162,40 @@ async def test_start_consume_and_queue_size(running: Running) -> None:
 
 
 @pytest.mark.postgres
-async def test_a_lone_instance_on_postgresql_serves_a_start_made_as_it_comes_up(
-    running: Running,
+async def test_a_lone_instance_on_postgresql_answers_a_start_with_its_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_clean_schema: tuple[str, str]
 ) -> None:
-    """Nobody holds the task's lease yet when the daemon serves: the instance listing the task
-    takes it there and then and answers with the run's job, as on SQLite."""
-    assert 'kind = "postgres"' in running.store
-    answer = await running.http.post(running.url("/crawl/start"), json={"task_id": "alpha"})
-    assert answer.status_code == 200, answer.text
-    body = answer.json()
-    [started] = body["started"]
-    assert started["task_id"] == "alpha" and started["job_id"], body
-    assert "requested" not in body
-    await running.wait_idle("alpha")
-    job = await running.http.get(running.url(f"/v2/crawl/{started['job_id']}"))
-    assert job.status_code == 200, job.text
-    assert (job.json()["status"], job.json()["total"]) == ("completed", 120)
+    """A daemon alone on PostgreSQL whose first take of the task's lease is slow (the row is
+    locked a moment): a start sent as soon as it serves runs there, and answers with the job as
+    on SQLite, rather than a 202 leaving the start for no instance."""
+    dsn, schema = pg_clean_schema
+    monkeypatch.setenv("SIM_PW", DEMO_PASSWORD)
+    monkeypatch.setenv("CRAWLD_TEST_STORE_DSN", dsn)
+    store = f'[store]\nkind = "postgres"\ndsn_env = "CRAWLD_TEST_STORE_DSN"\nschema = "{schema}"\n'
+    with lease_row_locked(dsn, schema, "collector:alpha") as lock:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: unlock_after(lock, 0.5))
+            async with daemon_with_sim(tmp_path, store) as running:
+                answer = await running.http.post(
+                    running.url("/crawl/start"), json={"task_id": "alpha"}
+                )
+                assert answer.status_code == 200, answer.text
+                body = answer.json()
+                [started] = body["started"]
+                assert started["task_id"] == "alpha" and started["job_id"], body
+                assert "requested" not in body
+                job_url = running.url(f"/v2/crawl/{started['job_id']}")
+                with trio.fail_after(30):
+                    while (job := (await running.http.get(job_url)).json())[
+                        "status"
+                    ] != "completed":
+                        await trio.sleep(0.05)
+                assert job["total"] == 120
+
+
+async def unlock_after(lock: psycopg.Connection[Any], seconds: float) -> None:
+    await trio.sleep(seconds)
+    lock.rollback()
 
 
 async def test_start_errors(running: Running) -> None:
