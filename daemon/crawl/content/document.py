@@ -1,8 +1,8 @@
 # A fetched page becomes a Firecrawl Document here, as pure functions over bytes, so every rule of
 # the scrape pipeline (cleaning, main content, links, metadata) is tested on literal HTML without
 # a server. The page is parsed once with selectolax (Lexbor): the raw-HTML links the crawler
-# follows and the metadata are read first, then the same tree is cleaned in place for the `html`,
-# `markdown` and `links` formats.
+# follows, the metadata and the `attributes` format (attributes.py) are read first, then the same
+# tree is cleaned in place for the `html`, `markdown` and `links` formats.
 #
 # `onlyMainContent` runs a content extractor (maincontent.py) on the cleaned page, because
 # Firecrawl's selector blacklist keeps comment threads and teaser lists and can drop the article.
@@ -22,6 +22,8 @@ import msgspec
 from html_to_markdown import ConversionError, ConversionOptions, PreprocessingOptions, convert
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
+from daemon.crawl.content.attributes import Selector
+from daemon.crawl.content.attributes import extract as extract_attributes
 from daemon.crawl.content.maincontent import (
     MIN_TEXT,
     NOT_CONTENT,
@@ -102,6 +104,8 @@ class DocumentOptions(msgspec.Struct, frozen=True):
     include_tags: tuple[str, ...] = ()
     exclude_tags: tuple[str, ...] = ()
     remove_base64_images: bool = True
+    attributes: tuple[Selector, ...] = ()
+    """The `attributes` format's (selector, attribute) pairs, read from the uncleaned page."""
 
 
 def media_type(content_type: str) -> str:
@@ -403,6 +407,8 @@ def _html_document(
     base = _base_url(tree, result.url)
     crawl_links = _hrefs(tree.css("a[href]"), base, keep_mailto=False)
     document: dict[str, Any] = {}
+    if options.attributes:
+        document["attributes"] = extract_attributes(tree, options.attributes)
     if formats & {"markdown", "html", "links", "images"}:
         clean = functools.partial(
             clean_html,
