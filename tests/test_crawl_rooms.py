@@ -24,6 +24,7 @@ ROOMS = [
     "discovery",  # robots.txt and sitemaps
     "tracking",  # changeTracking and its previous copies
     "cache",  # the document cache
+    "llmwork",  # question, highlights and query: what the model is asked of a page, checked
     "options",  # what clients send and get back, parsed and checked
     "v1",  # v1 requests as v2's
     "runs",  # the crawl service, a page's pipeline, crawls, batches, maps, their store

@@ -9,7 +9,9 @@
 # a line (else the page's word count), booleans whether `p` occurs, arrays of strings the page's
 # list items; without a schema the answer is {"title", "words", "sha"} of the page. A summary is
 # "Summary of <first line>: <n> words." Faults on demand: 429 storms, 5xx, slow answers, invalid
-# JSON, a refused structured-output mode. It counts requests and the most it had in flight.
+# JSON, a refused structured-output mode; and scripted answers (`reply`), for a test that needs
+# the model to say something in particular (a passage the page does not hold). It counts
+# requests and the most it had in flight.
 #
 #   python -m daemon.fakes.openai_compat --bind 127.0.0.1:8547 --latency 0.3-0.6
 from __future__ import annotations
@@ -172,6 +174,11 @@ class OpenAICompatService:
         """Answer the next `times` requests with text that is not JSON."""
         self._faults.extend([("invalid", None)] * times)
 
+    def reply(self, content: str, times: int = 1) -> None:
+        """Answer the next `times` requests with `content` as the model's text (or the forced
+        tool call's arguments), whatever the page says."""
+        self._faults.extend([("reply", content)] * times)
+
     def slow(self, times: int = 1, seconds: float = 10.0) -> None:
         """Make the next `times` requests take `seconds` before their answer."""
         self._faults.extend([("slow", seconds)] * times)
@@ -269,7 +276,9 @@ class OpenAICompatService:
             schema = (response_format.get("json_schema") or {}).get("schema")
         elif mode == "tools":
             schema = tools[0]["function"].get("parameters")
-        if mode == "text":
+        if fault is not None and fault[0] == "reply":
+            answer = str(fault[1])
+        elif mode == "text":
             answer = summary_of(text)
         elif (
             schema is not None
