@@ -34,6 +34,22 @@ def problem(path: str, message: str) -> Problem:
     return {"path": path, "message": message}
 
 
+# The refusals of what a deployment lacks, in one place so every room says the same true thing:
+# "needs an LLM" only when `[llm]` is missing (with it, the feature works), "not supported by
+# crawld" for what crawld does not do with or without one.
+NO_LLM = "no [llm] is configured (add an [llm] section, docs/how-to/llm-formats.md)"
+
+
+def needs_llm(what: str) -> str:
+    """The 400 text of `what` (e.g. "format 'question'") asked of a crawld without `[llm]`."""
+    return f"{what} needs an LLM: {NO_LLM}"
+
+
+def not_supported(what: str) -> str:
+    """The 400 text of `what` (e.g. "format 'branding'"), which crawld does not do at all."""
+    return f"{what} is not supported by crawld"
+
+
 def json_object(body: bytes) -> dict[str, Any]:
     """`body` decoded as a JSON object (empty: `{}`), integral floats as ints; BadRequest at `$`
     when it is not JSON, not an object or nested too deeply."""

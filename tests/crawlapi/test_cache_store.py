@@ -110,3 +110,6 @@ def test_what_a_request_may_read_and_write() -> None:
     json_a = plan(formats=[{"type": "json", "prompt": "a"}])
     json_b = plan(formats=[{"type": "json", "prompt": "b"}])
     assert rules.cache_key("http://a.test/", json_a) != rules.cache_key("http://a.test/", json_b)
+    asked = [plan(formats=[{"type": "question", "question": q}]) for q in ("a?", "b?", "a?")]
+    keys = [rules.cache_key("http://a.test/", p) for p in asked]
+    assert keys[0] != keys[1] and keys[0] == keys[2]  # another question is another document

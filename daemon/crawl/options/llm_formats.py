@@ -1,9 +1,11 @@
-# The `json` and `summary` formats of the crawl API (Firecrawl v2), on every path that scrapes:
-# the request's formats are checked here (Firecrawl's 400s for a bad schema or unknown keys; the
-# "needs an LLM" 400 when `[llm]` is absent), and a produced page gets its `json` / `summary` here,
-# from its markdown, through the daemon's LlmService (daemon/llm/), before the page's document
-# and event commit. A failed call never fails the page: the document carries Firecrawl's warning
-# ("JSON extraction failed: …") and no `json`, as Firecrawl's newest server does.
+# The formats of the crawl API (Firecrawl v2) a model answers, on every path that scrapes: `json`
+# and `summary` here, `question` / `highlights` / `query` with the rules and calls of their room
+# (daemon/crawl/llmwork/). The request's formats are checked here (Firecrawl's 400s for a bad
+# schema or unknown keys; the "needs an LLM" 400 only when `[llm]` is absent), and a produced
+# page gets its fields here, from its markdown, through the daemon's LlmService (daemon/llm/),
+# before the page's document and event commit. A failed call never fails the page: the document
+# carries a warning ("JSON extraction failed: …") and not the field, as Firecrawl's newest
+# server does.
 #
 # crawld's extension: a format object may name a provider of `[llm.providers]` ("provider").
 from __future__ import annotations
@@ -13,13 +15,16 @@ from typing import Any, Protocol
 import msgspec
 import trio
 
-from daemon.crawl.problems import problem
+from daemon.crawl.llmwork import answers
+from daemon.crawl.llmwork import rules as ask_rules
+from daemon.crawl.llmwork.rules import AskSpec
+from daemon.crawl.problems import needs_llm, problem
 from daemon.llm import LlmError
 from daemon.llm import rules as llm_rules
 
 JSON_KEYS = frozenset({"type", "schema", "prompt", "checkPromptInjection", "provider"})
 SUMMARY_KEYS = frozenset({"type", "provider"})
-SERVED = frozenset({"json", "summary"})
+SERVED = frozenset({"json", "summary"}) | ask_rules.FORMATS
 WARNING_CHARS = 300
 
 
@@ -39,6 +44,8 @@ class LlmPlan(msgspec.Struct, frozen=True):
     json: JsonSpec | None = None
     summary: bool = False
     summary_provider: str | None = None
+    asks: tuple[AskSpec, ...] = ()
+    """question / highlights / query."""
     keep_markdown: bool = True
     """Whether `markdown` was asked for (else it is dropped after the model read it)."""
 
@@ -46,16 +53,12 @@ class LlmPlan(msgspec.Struct, frozen=True):
 def check_format(
     fmt: str | dict[str, Any], name: str, where: str, llm: LlmCheck | None
 ) -> list[dict[str, Any]]:
-    """Problems (400) of one `json` or `summary` format. A json format's schema is replaced by
-    its normalised form (Firecrawl's), which is what the job stores."""
+    """Problems (400) of one format of SERVED. A json format's schema is replaced by its
+    normalised form (Firecrawl's), which is what the job stores."""
     if llm is None or not llm.configured():
-        return [
-            problem(
-                where,
-                f"format {name!r} needs an LLM; crawld has none configured "
-                "(add an [llm] section, docs/how-to/llm-formats.md)",
-            )
-        ]
+        return [problem(where, needs_llm(f"format {name!r}"))]
+    if name in ask_rules.FORMATS:
+        return ask_rules.check_format(fmt, name, where) + _provider_problems(fmt, where, llm)
     if not isinstance(fmt, dict):
         return []
     problems = [
@@ -63,11 +66,7 @@ def check_format(
         for key in sorted(fmt)[:20]
         if key not in (JSON_KEYS if name == "json" else SUMMARY_KEYS)
     ]
-    provider = fmt.get("provider")
-    if provider is not None and (not isinstance(provider, str) or not llm.configured(provider)):
-        problems.append(
-            problem(f"{where}.provider", f"no [llm.providers] entry named {str(provider)[:64]!r}")
-        )
+    problems += _provider_problems(fmt, where, llm)
     if name != "json":
         return problems
     prompt = fmt.get("prompt")
@@ -87,6 +86,17 @@ def check_format(
     return problems
 
 
+def _provider_problems(
+    fmt: str | dict[str, Any], where: str, llm: LlmCheck
+) -> list[dict[str, Any]]:
+    provider = fmt.get("provider") if isinstance(fmt, dict) else None
+    if provider is not None and (not isinstance(provider, str) or not llm.configured(provider)):
+        return [
+            problem(f"{where}.provider", f"no [llm.providers] entry named {str(provider)[:64]!r}")
+        ]
+    return []
+
+
 def llm_plan(formats: list[str | dict[str, Any]]) -> LlmPlan | None:
     """What a job's (already validated) formats ask of the model; None: nothing."""
     spec: JsonSpec | None = None
@@ -104,10 +114,15 @@ def llm_plan(formats: list[str | dict[str, Any]]) -> LlmPlan | None:
             summary, summary_provider = True, options.get("provider")
         elif name == "markdown":
             markdown = True
-    if spec is None and not summary:
+    asks = ask_rules.asks(formats)
+    if spec is None and not summary and not asks:
         return None
     return LlmPlan(
-        json=spec, summary=summary, summary_provider=summary_provider, keep_markdown=markdown
+        json=spec,
+        summary=summary,
+        summary_provider=summary_provider,
+        asks=asks,
+        keep_markdown=markdown,
     )
 
 
@@ -117,11 +132,12 @@ def _warn(document: dict[str, Any], text: str) -> None:
 
 
 async def apply(llm: Any, plan: LlmPlan, document: dict[str, Any]) -> None:
-    """Give `document` its `json` and `summary` from its markdown (the calls run side by side);
-    a failure becomes a warning on the document. Cancellation passes through."""
+    """Give `document` its `json`, `summary`, `answer` and `highlights` from its markdown (the
+    calls run side by side); a failure becomes a warning on the document. Cancellation passes
+    through."""
     content = document.get("markdown") or ""
     results: dict[str, Any] = {}
-    said: dict[str, list[str]] = {"json": [], "summary": []}
+    said: dict[str, list[str]] = {"json": [], "summary": [], "answer": [], "highlights": []}
 
     async def run_json(spec: JsonSpec) -> None:
         try:
@@ -150,16 +166,23 @@ async def apply(llm: Any, plan: LlmPlan, document: dict[str, Any]) -> None:
         if result.warning:
             said["summary"].append(result.warning)
 
+    async def run_ask(spec: AskSpec) -> None:
+        value, warnings = await answers.ask(llm, spec, content)
+        if value is not None:
+            results[spec.field] = value
+        said[spec.field] += warnings
+
     async with trio.open_nursery() as nursery:
         if plan.json is not None:
             nursery.start_soon(run_json, plan.json)
         if plan.summary:
             nursery.start_soon(run_summary)
-    if "json" in results:
-        document["json"] = results["json"]
-    if "summary" in results:
-        document["summary"] = results["summary"]
+        for spec in plan.asks:
+            nursery.start_soon(run_ask, spec)
+    for field in said:  # json, summary, answer, highlights: in that order in the document
+        if field in results:
+            document[field] = results[field]
     if not plan.keep_markdown:
         document.pop("markdown", None)
-    for text in dict.fromkeys(said["json"] + said["summary"]):  # json's first, each text once
+    for text in dict.fromkeys(t for texts in said.values() for t in texts):  # each text once
         _warn(document, text)

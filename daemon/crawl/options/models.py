@@ -24,6 +24,7 @@ from daemon.crawl.problems import (
     Problem,
     converted,
     json_object,
+    not_supported,
     problem,
     unknown_keys,
 )
@@ -37,6 +38,11 @@ INTEGRATIONS = (
 )  # fmt: skip
 """Firecrawl's IntegrationEnum (apps/api/src/controllers/v2/types.ts); any other `integration`
 must start with `_`, as Firecrawl's schema says."""
+CRAWL_PROMPT_REFUSAL = not_supported("a crawl prompt") + (
+    ": give the crawl options (includePaths, excludePaths, limit, maxDiscoveryDepth, ...) in the "
+    "request instead"
+)
+"""The one text a crawl `prompt` is refused with (change it here when prompts are served)."""
 
 
 class CrawlRequest(msgspec.Struct, kw_only=True):
@@ -188,7 +194,7 @@ def parse_crawl(
     )
     problems += more
     if request.prompt:
-        problems.append(problem("$.prompt", "prompt needs an LLM; crawld has none"))
+        problems.append(problem("$.prompt", CRAWL_PROMPT_REFUSAL))
     if request.limit is not None and request.limit < 1:
         problems.append(problem("$.limit", "must be at least 1"))
     if request.maxDiscoveryDepth is not None and request.maxDiscoveryDepth < 0:

@@ -6,9 +6,11 @@
 # Options fall in three groups: supported (they change what we fetch or return, including the
 # cache options maxAge / minAge / storeInCache / lockdown, served by
 # daemon/crawl/cache/documents.py), accepted and ignored because they tune a cloud service we do not
-# run (ad blocking, proxies of the basic kind), and refused because they need a browser or an LLM
-# (screenshot, actions, prompt...; json and summary when no `[llm]` is configured). Refusing is a
-# 400 naming the option, never silent emptiness; harmless ignored ones that change the result add a
+# run (ad blocking, proxies of the basic kind), and refused: because this deployment lacks what
+# they need (screenshot and actions without a browser; json, summary, question, highlights, query
+# without `[llm]`), or because crawld does not do them at all (branding, product, redactPII...).
+# Refusing is a 400 naming the option and saying which of the two it is (daemon/crawl/problems.py
+# words both), never silent emptiness; harmless ignored ones that change the result add a
 # `warning` to the answer.
 from __future__ import annotations
 
@@ -16,19 +18,23 @@ from typing import Any, Literal
 
 import msgspec
 
+from daemon.crawl.content import attributes
 from daemon.crawl.content.document import FORMATS, DocumentOptions
 from daemon.crawl.content.pdf import parsers_problems
+from daemon.crawl.llmwork import rules as ask_rules
 from daemon.crawl.options.llm_formats import SERVED as LLM_SERVED
 from daemon.crawl.options.llm_formats import LlmCheck, check_format
-from daemon.crawl.problems import Problem, problem
+from daemon.crawl.problems import Problem, not_supported, problem
 from daemon.crawl.rendering import render_rules
 from daemon.crawl.tracking import changes as tracking
 
 SCREENSHOT_FORMATS = frozenset({"screenshot", "screenshot@fullPage"})
-BROWSER_FORMATS = frozenset({"actions", "branding", "audio"})
-LLM_FORMATS = frozenset(
-    {"json", "summary", "changeTracking", "query", "question", "highlights", "attributes"}
+NOT_SUPPORTED = frozenset(
+    {"actions", "branding", "audio", "video", "product", "menu", "rawBase64", "deterministicJson"}
 )
+"""Format names Firecrawl knows and crawld does not serve, with or without a browser or LLM."""
+KNOWN = FORMATS | SCREENSHOT_FORMATS | LLM_SERVED | {"changeTracking", "attributes"}
+"""Every format crawld serves (some only with a browser or `[llm]`)."""
 
 
 class ScrapeOptions(msgspec.Struct, kw_only=True):
@@ -66,7 +72,7 @@ class ScrapeOptions(msgspec.Struct, kw_only=True):
     auditMetadata: dict[str, Any] | None = None
     # Served: PDF parsing, and with [crawl.browser] the browser's options.
     parsers: list[Any] | None = None
-    # Refused when set to something that needs a browser or an LLM.
+    # Refused when set: actions without [crawl.browser]; the others crawld does not do at all.
     actions: list[Any] | None = None
     redactPII: bool | dict[str, Any] | None = None
     checkPromptInjection: bool | None = None
@@ -110,20 +116,31 @@ def _format_problems(
                 problems.append(
                     problem(where, f"format {name!r} needs a browser; [crawl.browser] is off")
                 )
-        elif name in BROWSER_FORMATS:
-            problems.append(problem(where, f"format {name!r} needs a browser; crawld has none"))
+        elif name in NOT_SUPPORTED:
+            problems.append(problem(where, not_supported(f"format {name!r}")))
         elif name in LLM_SERVED:
             problems += check_format(fmt, name, where, llm)
         elif name == "changeTracking":
             configured = llm is not None and llm.configured()
             problems += tracking.check_format(fmt, where, options.formats, configured)
-        elif name in LLM_FORMATS:
-            problems.append(problem(where, f"format {name!r} needs an LLM; crawld has none"))
+        elif name == "attributes":
+            problems += attributes.check_format(fmt, where)
         elif name not in FORMATS:
             problems.append(
-                problem(where, f"unknown format {name[:50]!r}; supported: {sorted(FORMATS)}")
+                problem(where, f"unknown format {name[:50]!r}; supported: {sorted(KNOWN)}")
             )
-    return problems
+    return (
+        problems
+        + ask_rules.repeated(options.formats, path)
+        + _repeated_attributes(options.formats, path)
+    )
+
+
+def _repeated_attributes(formats: list[Any], path: str) -> list[Problem]:
+    names = [f if isinstance(f, str) else f.get("type") for f in formats]
+    extra = [i for i, name in enumerate(names) if name == "attributes"][1:]
+    why = "one attributes format per request: list every selector in its `selectors`"
+    return [problem(f"{path}.formats[{i}]", why) for i in extra]
 
 
 def _browser_problems(options: ScrapeOptions, path: str, browser: bool) -> list[Problem]:
@@ -140,7 +157,7 @@ def _value_problems(options: ScrapeOptions, path: str) -> list[Problem]:
     problems = parsers_problems(options.parsers, f"{path}.parsers")
     for key in ("redactPII", "checkPromptInjection", "domainTools"):
         if getattr(options, key):
-            problems.append(problem(f"{path}.{key}", f"{key} needs an LLM; crawld has none"))
+            problems.append(problem(f"{path}.{key}", not_supported(key)))
     if options.threatProtection:
         problems.append(problem(f"{path}.threatProtection", "not supported by crawld"))
     if options.timeout is not None and not 1000 <= options.timeout <= 300_000:
@@ -190,4 +207,5 @@ def document_options(options: ScrapeOptions) -> DocumentOptions:
         include_tags=tuple(options.includeTags),
         exclude_tags=tuple(options.excludeTags),
         remove_base64_images=options.removeBase64Images,
+        attributes=attributes.selectors_of(options.formats),
     )

@@ -13,10 +13,10 @@
 # be a file.
 #
 # `metadata.engine` says which produced the document: "http", "browser" or "pdf". Whatever
-# produced it, the LLM formats (json, summary) are added last, from its markdown
-# (daemon/crawl/options/llm_formats.py), outside the fetch slot, then changeTracking (its snapshot
-# swap, daemon/crawl/tracking/store.py). The document cache (daemon/crawl/cache/documents.py) is
-# asked first and given the finished document last.
+# produced it, the LLM formats (json, summary, question, highlights, query) are added last, from
+# its markdown (daemon/crawl/options/llm_formats.py), outside the fetch slot, then changeTracking
+# (its snapshot swap, daemon/crawl/tracking/store.py). The document cache
+# (daemon/crawl/cache/documents.py) is asked first and given the finished document last.
 from __future__ import annotations
 
 import contextlib
@@ -32,6 +32,7 @@ import trio
 from daemon.crawl.cache import rules as cache_rules
 from daemon.crawl.cache.documents import Cached, DocumentCache
 from daemon.crawl.cache.rules import CachePlan
+from daemon.crawl.content import attributes
 from daemon.crawl.content.document import DocumentOptions, is_html
 from daemon.crawl.content.pdf import PdfError, PdfOptions, is_pdf, pdf_options, pdf_page
 from daemon.crawl.fetching.fetch import Fetcher, FetchError, FetchResult, HostGate
@@ -66,7 +67,7 @@ class PagePlan(msgspec.Struct, frozen=True):
     proxy: str | None = None
     """Firecrawl's `proxy` option (daemon/crawl/proxies.py Proxies.attempts)."""
     llm: llm_formats.LlmPlan | None = None
-    """The json / summary formats (None: neither was asked for)."""
+    """The formats a model answers (None: none was asked for)."""
     cache: CachePlan | None = None
     """What the document cache may do for these pages (None: nothing)."""
     tracking: TrackingSpec | None = None
@@ -213,6 +214,8 @@ class PageMaker:
             if cache.only is not None:
                 raise FetchError(cache.only, cache_rules.MISS_MESSAGES[cache.only], url)
         produced = await self._produce(url, plan, check_hop, concurrency, delay, slot)
+        if plan.doc.attributes and "attributes" not in produced.document:  # no DOM: a PDF, text
+            produced.document["attributes"] = attributes.empty(plan.doc.attributes)
         if plan.llm is not None:
             if self.llm is None:
                 from daemon.llm.service import LlmService

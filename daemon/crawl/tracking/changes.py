@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from daemon.crawl.problems import problem
+from daemon.crawl.problems import needs_llm, problem
 from daemon.llm import rules as llm_rules
 
 KEYS = frozenset({"type", "modes", "schema", "prompt", "tag"})
@@ -57,9 +57,8 @@ def check_format(
         problems.append(problem(f"{where}.modes", "a list of 'git-diff' and 'json'"))
     elif "json" in modes and not llm_configured:
         problems.append(problem(f"{where}.modes",
-                                "changeTracking mode 'json' needs an LLM; crawld has none "
-                                "configured (add an [llm] section, docs/how-to/llm-formats.md); "
-                                "git-diff works without one"))  # fmt: skip
+                                needs_llm("changeTracking mode 'json'")
+                                + "; git-diff works without one"))  # fmt: skip
     tag = fmt.get("tag")
     if tag is not None and (not isinstance(tag, str) or len(tag) > MAX_TAG):
         problems.append(problem(f"{where}.tag", f"a string of at most {MAX_TAG} characters"))
