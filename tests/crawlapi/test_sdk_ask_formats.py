@@ -248,3 +248,26 @@ async def test_a_failing_model_leaves_a_warning(client: httpx.AsyncClient, site:
     assert "answer" not in data and "highlights" not in data and data["markdown"]
     assert data["warning"].startswith("Question failed: LLM_BAD_REQUEST")
     assert "Highlights failed: LLM_BAD_REQUEST" in data["warning"]
+
+
+async def test_a_batch_through_model_faults_loses_no_page(
+    client: httpx.AsyncClient, site: SiteSim, sim: OpenAICompatService
+) -> None:
+    sim.fail(4, status=503)  # the first attempts fail; retries (1 each) may or may not recover
+    urls = [site.url(f"/pages/{i}") for i in range(60, 66)]
+    start = await client.post("/v2/batch/scrape", json={"urls": urls, "formats": [QUESTION]})
+    job = start.json()["id"]
+    with trio.fail_after(20):
+        assert await wait_finished(client, job, "batch") == "completed"
+    data = (await client.get(f"/v2/batch/scrape/{job}")).json()["data"]
+    assert sorted(d["metadata"]["sourceURL"] for d in data) == sorted(urls)
+    assert len({d["metadata"]["scrapeId"] for d in data}) == len(urls)
+    for doc in data:  # every page either answered or says why not, never both, never neither
+        page = doc["metadata"]["sourceURL"].rsplit("/", 1)[1]
+        failed = doc.get("warning", "").startswith("Question failed: LLM_UNAVAILABLE")
+        assert failed != ("answer" in doc), doc
+        assert failed or doc["answer"] == f"Page {page}"
+    # a page's second attempt follows only a failed first: 6 pages + the first attempts that
+    # failed, and each failed page took two of the 4 failures
+    answered = sum("answer" in d for d in data)
+    assert len(sim.requests) == answered + 4
