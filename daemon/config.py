@@ -202,6 +202,8 @@ WebhookEvent = Literal[
     "crawl.started", "crawl.page", "crawl.completed", "crawl.failed",
     "batch_scrape.started", "batch_scrape.page", "batch_scrape.completed", "batch_scrape.failed",
     "extract.started", "extract.completed", "extract.failed",
+    "action", "cancelled",
+    "agent.started", "agent.action", "agent.completed", "agent.failed", "agent.cancelled",
 ]  # fmt: skip
 
 

@@ -9,6 +9,10 @@
 # subtype (`page`) or a dotted suffix; an empty or missing list means every event. A filtered-out
 # event takes no seq (numbers stay contiguous for the receiver), but a terminal event still ends
 # the job's stream whether or not it is sent.
+#
+# Each kind has Firecrawl's own event names: crawls, batches and extracts `started`, `page`,
+# `completed`, `failed` (a cancel ends them with `failed`, error "cancelled"); agents `started`,
+# `action`, and one of `completed`, `failed`, `cancelled` (success false, no error).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -16,10 +20,19 @@ from typing import Any, Literal
 
 import msgspec
 
-EventName = Literal["started", "page", "completed", "failed"]
+EventName = Literal["started", "page", "action", "completed", "failed", "cancelled"]
 
 EVENT_NAMES: tuple[EventName, ...] = ("started", "page", "completed", "failed")
-TERMINAL_NAMES: frozenset[str] = frozenset({"completed", "failed"})
+"""The events of crawl, batch and extract jobs."""
+KIND_EVENTS: dict[str, tuple[EventName, ...]] = {
+    "agent": ("started", "action", "completed", "failed", "cancelled"),
+}
+"""Kinds whose events differ from EVENT_NAMES."""
+OWN_CANCEL: frozenset[str] = frozenset(
+    k for k, names in KIND_EVENTS.items() if "cancelled" in names
+)
+"""Kinds that end a cancelled job with their own `cancelled` event."""
+TERMINAL_NAMES: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 CANCELLED_ERROR = "cancelled"
 CANCELLED_BY_USER = "cancelled by a user (DELETE /v2/crawl/{id})"
 """The stored error of a job a user cancelled (its webhook still says `CANCELLED_ERROR`)."""
@@ -53,10 +66,16 @@ _encoder = msgspec.json.Encoder()
 _decoder = msgspec.json.Decoder(WebhookBody)
 
 
+def event_names(kind: str) -> tuple[EventName, ...]:
+    """The events a job of `kind` issues."""
+    return KIND_EVENTS.get(kind, EVENT_NAMES)
+
+
 def event_type(kind: str, name: str) -> str:
     """`crawl` + `page` → `crawl.page`."""
-    if name not in EVENT_NAMES:
-        raise ValueError(f"unknown webhook event {name!r}; expected one of {EVENT_NAMES}")
+    names = event_names(kind)
+    if name not in names:
+        raise ValueError(f"unknown webhook event {name!r}; expected one of {names}")
     if not kind or "." in kind:
         raise ValueError(f"invalid job kind {kind!r}")
     return f"{kind}.{name}"
@@ -82,17 +101,21 @@ def wants(events: Sequence[str] | None, type_: str) -> bool:
     return any(f == type_ or type_.endswith("." + f) for f in events)
 
 
-def terminal_for_status(status: str, reason: str | None = None) -> tuple[EventName, str | None]:
+def terminal_for_status(
+    status: str, reason: str | None = None, kind: str = "crawl"
+) -> tuple[EventName, str | None]:
     """The one terminal event (name, error) for a finished job's status.
 
     `completed` → (`completed`, None); `failed` → (`failed`, reason); `cancelled` →
-    (`failed`, "cancelled").
+    (`failed`, "cancelled"), or (`cancelled`, None) for a kind with its own cancel event.
     """
     if status == "completed":
         return "completed", None
     if status == "failed":
         return "failed", reason or "failed"
     if status == "cancelled":
+        if kind in OWN_CANCEL:
+            return "cancelled", None
         return "failed", CANCELLED_ERROR
     raise ValueError(f"job status {status!r} is not terminal")
 
@@ -109,16 +132,17 @@ def build_body(
     metadata: dict[str, str] | None = None,
 ) -> WebhookBody:
     """An event body. `failed` needs an error; `page` may carry one (Firecrawl's failed page,
-    success false); `started` and `completed` may not."""
+    success false); `started`, `action` and `completed` may not; `cancelled` is success false
+    without one."""
     type_ = event_type(kind, name)
     if seq < 1:
         raise ValueError(f"seq counts from 1, got {seq}")
     if name == "failed" and not error:
         raise ValueError("a failed event needs an error message")
-    if error is not None and name in ("started", "completed"):
+    if error is not None and name in ("started", "action", "completed"):
         raise ValueError(f"a {name} event cannot carry an error")
     return WebhookBody(
-        success=error is None,
+        success=error is None and name != "cancelled",
         type=type_,
         id=job_id,
         webhookId=webhook_id,

@@ -178,6 +178,20 @@ class JobManager(JobReads, EventNumbering, DegradedMode, ClusterScan, Expiry):
         self._event_in_tx(conn, record, "page", rows, None, pending)
         return pending
 
+    def event_in_tx(self, conn: Conn, job_id: str, name: str, data: list[Any]) -> PendingEvents:
+        """Inside the caller's transaction: issue the running job's event `name` (neither
+        `page` nor a terminal one: an agent's `action`) with `data`, so the state change it
+        announces and the event commit together. Raises JobNotFound / JobFinished; pass the
+        result to `after_commit` after the transaction committed."""
+        if name == "page" or events.is_terminal(name):
+            raise ValueError(f"{name!r} is issued by page_in_tx or finish")
+        if job_id in self._unsaved:
+            raise JobFinished(job_id, self._unsaved[job_id].status)
+        record = jobstore.require_running(conn, job_id)
+        pending = PendingEvents(job_id)
+        self._event_in_tx(conn, record, name, data, None, pending)
+        return pending
+
     async def after_commit(self, pending: PendingEvents) -> None:
         """After the transaction that issued `pending` committed: wake the job's drainer, or
         queue its events in memory (waiting while the job's memory queue is full)."""
@@ -243,10 +257,11 @@ class JobManager(JobReads, EventNumbering, DegradedMode, ClusterScan, Expiry):
         data: list[Any] | None = None,
     ) -> None:
         """Give the job its final status and issue its one terminal event (`completed`, or
-        `failed` with the error; `cancelled` sends `failed` with error "cancelled"), whose
-        `data` is `data` (default `[]`; an extract job's result)."""
-        name, reason = events.terminal_for_status(status, error)
+        `failed` with the error; `cancelled` sends `failed` with error "cancelled", or the
+        kind's own `cancelled`), whose `data` is `data` (default `[]`; an extract job's
+        result)."""
         job = await self._job_state(job_id)
+        name, reason = events.terminal_for_status(status, error, job.kind)
         async with job.lock:
             at = self.clock_ms()
             expires = at + self.ttl_ms

@@ -149,6 +149,40 @@ def test_terminal_for_status(
     assert terminal_for_status(status, reason) == expected
 
 
+@pytest.mark.parametrize(
+    ("status", "reason", "expected"),
+    [
+        ("completed", None, ("completed", None)),
+        ("failed", "Max credits exceeded", ("failed", "Max credits exceeded")),
+        ("cancelled", "cancelled by a user", ("cancelled", None)),
+    ],
+)
+def test_an_agent_ends_with_its_own_cancelled_event(
+    status: str, reason: str | None, expected: tuple[str, str | None]
+) -> None:
+    assert terminal_for_status(status, reason, "agent") == expected
+
+
+def test_agent_events_are_firecrawls() -> None:
+    action = build_body(kind="agent", name="action", job_id="j", seq=2, webhook_id="w",
+                        data=[{"creditsUsed": 1, "action": "scrape", "input": {"url": "u"}}])  # fmt: skip
+    assert action.type == "agent.action" and action.success and not action.terminal
+    cancelled = build_body(kind="agent", name="cancelled", job_id="j", seq=3, webhook_id="w",
+                           data=[{"creditsUsed": 1}])  # fmt: skip
+    assert cancelled.success is False and cancelled.error is None and cancelled.terminal
+    assert b'"error"' not in encode_body(cancelled)
+    with pytest.raises(ValueError, match="unknown webhook event"):
+        build_body(kind="agent", name="page", job_id="j", seq=1, webhook_id="w")
+    with pytest.raises(ValueError, match="cannot carry an error"):
+        build_body(kind="agent", name="action", job_id="j", seq=1, webhook_id="w", error="x")
+    seq = Sequencer(kind="agent", events=["action", "cancelled"])
+    assert seq.issue("started") is None
+    assert seq.issue("action") == 1
+    assert seq.issue("cancelled") == 2
+    with pytest.raises(TerminalAlreadyIssued):
+        seq.issue("action")
+
+
 def test_terminal_for_running_status_is_an_error() -> None:
     with pytest.raises(ValueError):
         terminal_for_status("scraping")
