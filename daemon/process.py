@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from daemon.api.edge import SessionCheck
     from daemon.collector.queue import RowQueue
     from daemon.collector.service import Collector
+    from daemon.crawl.agent.service import AgentService
     from daemon.crawl.extract.service import ExtractService
     from daemon.crawl.runs.service import CrawlService
     from daemon.crawl.search.service import SearchService
@@ -48,6 +49,7 @@ class Parts(TypedDict, total=False):
     crawl: CrawlService
     search: SearchService
     extract: ExtractService
+    agent: AgentService
     ui: Sessions
     queue_history: QueueHistory
 

@@ -31,6 +31,7 @@ from daemon.config import (
     webhook_spec,
 )
 from daemon.config_types import Section, dec_hook
+from daemon.crawl.agent.config import AgentConfig
 from daemon.crawl.config import CrawlConfig
 from daemon.llm.config import LlmConfig
 from daemon.search.config import SearchConfig
@@ -54,6 +55,7 @@ class Config(Section, frozen=True):
     tracker: TrackerConfig = TrackerConfig()
     crawl: CrawlConfig = CrawlConfig()
     search: SearchConfig = SearchConfig()
+    agent: AgentConfig = AgentConfig()
     jobs: JobsConfig = JobsConfig()
     webhooks: WebhooksConfig = WebhooksConfig()
     llm: LlmConfig | None = None

@@ -30,6 +30,7 @@ ROOMS = [
     "runs",  # the crawl service, a page's pipeline, crawls, batches, maps, their store
     "search",  # /v2/search
     "extract",  # /v2/extract jobs
+    "agent",  # /v2/agent jobs: search, read, choose, answer
 ]
 
 

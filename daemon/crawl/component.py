@@ -5,8 +5,9 @@
 # instance), the `crawl` /status section and the reload hook that gives new jobs the new [crawl]
 # limits. `/v2/search` rides on the same service: the [search] provider answers, the crawl engine
 # scrapes the results. /v2/extract jobs run on the same engine (daemon/crawl/extract/service.py)
-# with the LLM service. The document cache is pruned by its own task and emptied by prefix through
-# DELETE /v2/cache.
+# with the LLM service, and so do /v2/agent jobs (daemon/crawl/agent/service.py), which search
+# through the same [search] provider. The document cache is pruned by its own task and emptied by
+# prefix through DELETE /v2/cache.
 from __future__ import annotations
 
 from typing import Any
@@ -26,11 +27,13 @@ log = get_logger("crawl")
 
 
 def install(daemon: Daemon) -> None:
+    from daemon.api import agent as agent_api
     from daemon.api import cache as cache_api
     from daemon.api import crawl as crawl_api
     from daemon.api import extract as extract_api
     from daemon.api import search as search_api
     from daemon.api import v1 as v1_api
+    from daemon.crawl.agent.service import AgentService
     from daemon.crawl.extract.service import ExtractService
 
     cfg = daemon.config.crawl
@@ -43,13 +46,15 @@ def install(daemon: Daemon) -> None:
     daemon.parts["search"] = search
     extract = ExtractService(service, daemon.llm, search)
     daemon.parts["extract"] = extract
+    agent = AgentService(service, daemon.llm, search, daemon.config.agent)
+    daemon.parts["agent"] = agent
 
     async def run_crawl(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
         await service.run(task_status=task_status)
 
     async def crawl_section() -> dict[str, Any]:
         return {**await service.status(), "search": search.status(),
-                "extract": extract.status()}  # fmt: skip
+                "extract": extract.status(), "agent": agent.status()}  # fmt: skip
 
     async def on_reload(old: Config, new: Config, change: ConfigDiff) -> None:
         if "crawl" in change.sections_changed and new.crawl.enabled:
@@ -58,9 +63,14 @@ def install(daemon: Daemon) -> None:
             service.configure(new.crawl)
         if "search" in change.sections_changed:
             search.configure(new.search)
+        if "agent" in change.sections_changed:
+            agent.configure(new.agent)
 
     async def run_extract(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
         await extract.run(task_status=task_status)
+
+    async def run_agent(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
+        await agent.run(task_status=task_status)
 
     async def run_cache_prune(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
         task_status.started()
@@ -75,10 +85,12 @@ def install(daemon: Daemon) -> None:
     daemon.add_component("crawl", run_crawl)
     daemon.add_component("crawl-cache", run_cache_prune)
     daemon.add_component("extract", run_extract)
+    daemon.add_component("agent", run_agent)
     daemon.routes[:0] = (
         crawl_api.routes(service) + search_api.routes(search) + v1_api.routes(service, search)
-        + extract_api.routes(extract) + cache_api.routes(service.cache)
+        + extract_api.routes(extract) + agent_api.routes(agent) + cache_api.routes(service.cache)
     )  # fmt: skip
     daemon.jobs.add_canceller(service.cancel)
+    daemon.jobs.add_canceller(agent.cancel)
     daemon.status_sections["crawl"] = crawl_section
     daemon.reload_hooks.append(on_reload)

@@ -237,8 +237,8 @@ def test_answer_schema_wraps_the_requests() -> None:
 def test_answer_content_shares_the_budget() -> None:
     pages = [PageText("https://a.test/1", "One", "a" * 5000), PageText("https://a.test/2", "", "b")]
     content = prompts.answer_content(pages, 2000)
-    assert content.startswith("Source: https://a.test/1\nTitle: One\n\n" + "a" * 1000 + " …")
-    assert content.endswith("Source: https://a.test/2\nTitle: \n\nb")
+    assert content.startswith("## One\nSource: https://a.test/1\n\n" + "a" * 1000 + " …")
+    assert content.endswith("## (no title)\nSource: https://a.test/2\n\nb")
 
 
 # -- the request -------------------------------------------------------------------------------

@@ -184,8 +184,8 @@ def answer_content(pages: list[PageText], budget_chars: int) -> str:
     blocks = []
     for page in pages:
         text = page.text if len(page.text) <= share else page.text[:share].rstrip() + " …"
-        title = one_line(page.title, 200)
-        blocks.append(f"Source: {page.url}\nTitle: {title}\n\n{text.strip()}")
+        title = one_line(page.title, 200) or "(no title)"
+        blocks.append(f"## {title}\nSource: {page.url}\n\n{text.strip()}")
     return "\n\n---\n\n".join(blocks)
 
 

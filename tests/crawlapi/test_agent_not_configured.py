@@ -1,0 +1,63 @@
+"""What /v2/agent needs and says it lacks: without `[llm]` a POST is refused naming `[llm]`
+(before any other check), without `[search]` an agent without urls is refused naming `[search]`,
+while one given urls runs without searching; the routes are in /openapi.json either way."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+import trio
+
+from daemon.fakes.openai_compat import OpenAICompatService, serve_openai_compat
+from daemon.fakes.site import SiteSim
+
+from .conftest import CONFIG
+from .test_agent import PAGES, wait_agent
+
+
+async def test_without_llm_a_post_names_the_llm(client: httpx.AsyncClient) -> None:
+    answer = await client.post("/v2/agent", json={"prompt": "x" * 10_001, "bogus": 1})
+    assert answer.status_code == 400
+    body = answer.json()
+    assert body["success"] is False and body["code"] == "BAD_REQUEST"
+    [problem] = body["details"]
+    assert "needs an LLM" in problem["message"] and "[llm]" in problem["message"]
+    paths = (await client.get("/openapi.json")).json()["paths"]
+    assert "post" in paths["/v2/agent"] and "get" in paths["/v2/agent/{id}/steps"]
+    missing = await client.get("/v2/agent/0190d0a4-5d2e-7b3a-9c1d-2e3f4a5b6c7d")
+    assert missing.status_code == 404
+
+
+class TestWithoutSearch:
+    @pytest.fixture
+    async def llm(self, nursery: trio.Nursery) -> AsyncIterator[tuple[OpenAICompatService, str]]:
+        service = OpenAICompatService()
+        shutdown = trio.Event()
+        host, port = await nursery.start(
+            functools.partial(serve_openai_compat, service, "127.0.0.1:0", shutdown=shutdown)
+        )
+        yield service, f"http://{host}:{port}/v1"
+        shutdown.set()
+
+    @pytest.fixture
+    def crawl_config(self, llm: tuple[OpenAICompatService, str]) -> str:
+        return CONFIG + f'[llm]\nbase_url = "{llm[1]}"\nmodel = "sim"\ncache_ttl = "0s"\n'
+
+    async def test_no_urls_names_search_and_urls_run_without_it(
+        self, client: httpx.AsyncClient, site: SiteSim, llm: tuple[OpenAICompatService, str]
+    ) -> None:
+        answer = await client.post("/v2/agent", json={"prompt": "Company name"})
+        assert answer.status_code == 400
+        [problem] = answer.json()["details"]
+        assert problem["path"] == "$.urls" and "[search]" in problem["message"]
+        assert not llm[0].requests
+        site.files.update(PAGES)
+        body = {"prompt": "Company name", "urls": [site.url("/co/1")]}
+        job_id = (await client.post("/v2/agent", json=body)).json()["id"]
+        done = await wait_agent(client, job_id)
+        assert done["status"] == "completed", done
+        steps = (await client.get(f"/v2/agent/{job_id}/steps")).json()["steps"]
+        assert [s["action"] for s in steps] == ["scrape", "answer"]
