@@ -47,6 +47,9 @@ COPY_ORDER = (
     "extract_pages",
     "crawl_cache",
     "crawl_snapshots",
+    "agent_jobs",
+    "agent_pages",
+    "agent_steps",
 )
 """Every copied table, parents before children (foreign keys hold at each insert)."""
 

@@ -89,6 +89,16 @@ def fill(conn: Any) -> None:
     )
     conn.execute("INSERT INTO crawl_cache VALUES ('h', 'http://a/', 5, 2, '{}')")
     conn.execute("INSERT INTO crawl_snapshots VALUES ('http://a/', '', 5, '# A')")
+    conn.execute("INSERT INTO jobs(id, kind, status, created_ms, expires_ms, source)"
+                 " VALUES ('g1', 'agent', 'scraping', 1, 9, X'7B7D')")  # fmt: skip
+    conn.execute("INSERT INTO agent_jobs(job_id, plan) VALUES ('g1', X'7B7D')")
+    conn.execute(
+        "INSERT INTO agent_pages VALUES ('g1', 1, 'a/', 'http://a/', 'request', -1, 'A', '',"
+        " 'read', '# A', NULL)"
+    )
+    conn.execute(
+        "INSERT INTO agent_steps VALUES ('g1', 1, 'scrape', X'7B7D', X'7B7D', 1, 0, 0, 1, 5)"
+    )
 
 
 def counts(conn: Any) -> dict[str, int]:
