@@ -308,3 +308,58 @@ async def test_unknown_ids_are_404(client: httpx.AsyncClient, pages: SiteSim) ->
     paths = (await client.get("/openapi.json")).json()["paths"]
     assert {"post"} <= set(paths["/v2/agent"]) and {"get", "delete"} <= set(paths["/v2/agent/{id}"])
     assert "409" in paths["/v2/agent/{id}"]["delete"]["responses"]
+
+
+@pytest.fixture
+def quick_rescan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run a store failure interrupted is found again by the service's scan at once."""
+    from daemon.crawl.agent import service as agent_service
+
+    monkeypatch.setattr(agent_service, "SCAN_S", 0.05)
+
+
+@pytest.mark.parametrize(
+    ("name", "call", "error"),
+    [
+        ("add_step", 3, "lost_commit"),  # a step's commit: its outcome unknown
+        ("set_kicked_off", 1, "lost_commit"),  # the kickoff
+        ("pages", 4, "pool_timeout"),  # a read of the run's state
+    ],
+)
+async def test_a_store_failure_interrupts_a_run_and_the_same_id_goes_on(
+    quick_rescan: None, monkeypatch: pytest.MonkeyPatch, client: httpx.AsyncClient,
+    pages: SiteSim, rx: WebhookReceiver, name: str, call: int, error: str,
+) -> None:  # fmt: skip
+    import psycopg
+    import psycopg_pool
+
+    from daemon.crawl.agent import store as astore
+
+    calls = {"n": 0}
+    real = getattr(astore, name)
+    raised = (psycopg.OperationalError("consuming input failed: server closed the connection")
+              if error == "lost_commit" else psycopg_pool.PoolTimeout("no connection"))  # fmt: skip
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == call:
+            raise raised
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(astore, name, wrapped)
+    body = {"prompt": "Company name", "schema": SCHEMA, "webhook": rx.url("/hook")}
+    job_id = (await client.post("/v2/agent", json=body)).json()["id"]
+    done = await wait_agent(client, job_id)
+    assert calls["n"] > call, "the failure was never injected"
+    assert done["status"] == "completed" and done["data"] == {"name": "Acme Widgets"}, done
+    steps = await steps_of(client, job_id)
+    assert [s["step"] for s in steps] == list(range(1, len(steps) + 1))
+    assert [s["action"] for s in steps] == [
+        "search", "choose", "scrape", "scrape", "scrape", "answer"
+    ]  # fmt: skip
+    with trio.fail_after(10):
+        await rx.wait_until(lambda: any(e.type == "agent.completed" for e in rx.events(job_id)))
+    rx.check()
+    events = list({e.event_id: e for e in rx.events(job_id)}.values())
+    assert [e.type for e in events] == ["agent.started", *["agent.action"] * 6, "agent.completed"]
+    assert [e.event["data"][0]["step"] for e in events[1:-1]] == list(range(1, 7))
