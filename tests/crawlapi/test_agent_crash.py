@@ -34,7 +34,8 @@ KILL_AFTER = 5
 
 
 def _config(port: int, llm: str, searxng: str, deployment: Deployment) -> str:
-    return f"""
+    return (
+        f"""
 [daemon]
 state_dir = "state"
 [http]
@@ -59,7 +60,9 @@ max_output_tokens = 256
 [agent]
 max_steps = 14
 page_chars = 1500
-""" + deployment.toml
+"""
+        + deployment.toml
+    )
 
 
 async def _up(client: httpx.AsyncClient) -> None:
