@@ -97,7 +97,7 @@ def fill(conn: Any) -> None:
         " 'read', '# A', NULL)"
     )
     conn.execute(
-        "INSERT INTO agent_steps VALUES ('g1', 1, 'scrape', X'7B7D', X'7B7D', 1, 0, 0, 1, 5)"
+        "INSERT INTO agent_steps VALUES ('g1', 1, 'scrape', X'7B7D', X'7B7D', 1, 0, 0, 1, 5, 3)"
     )
 
 

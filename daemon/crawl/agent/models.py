@@ -259,6 +259,10 @@ class AgentStep(msgspec.Struct, kw_only=True):
     creditsUsed: int
     """The run's credits once this step was done."""
     at: str
+    ms: int
+    """How long the step's work took: the fetch, the search or the model call."""
+    tokens: int
+    """Model tokens the step spent (prompt + completion; 0 from the LLM cache)."""
 
 
 class AgentSteps(msgspec.Struct, kw_only=True):

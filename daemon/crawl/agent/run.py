@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -254,10 +255,13 @@ class AgentRun:
         output: dict[str, Any],
         cost: loop.Spend,
         apply: Callable[[Conn], bool] | None = None,
+        started: float | None = None,
     ) -> int | None:
         """Commit one step with `apply` (which says False when there is nothing to store) and
-        its `agent.action` event; returns the run's credits after it (None: not stored)."""
+        its `agent.action` event; returns the run's credits after it (None: not stored).
+        `started`: time.monotonic() when its work began (its duration is recorded)."""
         at = self.service.clock_ms()
+        ms = 0 if started is None else int((time.monotonic() - started) * 1000)
         tpc = self.config.tokens_per_credit
 
         def tx(conn: Conn) -> tuple[Any, int] | None:
@@ -269,7 +273,7 @@ class AgentRun:
             credits = loop.credits(spent, tpc)
             n = astore.add_step(
                 conn, self.job_id, action, input_, output, credits=credits,
-                cost=(cost.pages, cost.searches, cost.tokens), at_ms=at,
+                cost=(cost.pages, cost.searches, cost.tokens), at_ms=at, ms=ms,
             )  # fmt: skip
             event = {"creditsUsed": credits, "action": action, "input": input_,
                      "output": output, "step": n}  # fmt: skip
@@ -301,6 +305,7 @@ class AgentRun:
             given.append(astore.NewPage(_key(base), base, "request", i if i in self.scopes else -1))
         found: list[astore.NewPage] = []
         error = None
+        started = time.monotonic()
         if self.plan.search:
             found, error = await self._search()
         at = self.service.clock_ms()
@@ -327,7 +332,7 @@ class AgentRun:
         if error is not None:
             output = {"results": 0, "error": error}
         query = {"query": prompts.search_query(self.plan.prompt)}
-        await self._step("search", query, output, loop.Spend(searches=1), apply)
+        await self._step("search", query, output, loop.Spend(searches=1), apply, started)
 
     async def _search(self) -> tuple[list[astore.NewPage], str | None]:
         search = self.service.search
@@ -358,6 +363,7 @@ class AgentRun:
 
     async def _read_one(self, page: astore.PageRow, readers: trio.CancelScope) -> None:
         try:
+            started = time.monotonic()
             title, text, error, links = await self._fetch(page)
 
             def apply(conn: Conn) -> bool:
@@ -373,7 +379,8 @@ class AgentRun:
             output: dict[str, Any] = {"title": title, "chars": len(text or "")}
             if error is not None:
                 output = {"error": error}
-            await self._step("scrape", {"url": page.url}, output, loop.Spend(pages=1), apply)
+            cost = loop.Spend(pages=1)
+            await self._step("scrape", {"url": page.url}, output, cost, apply, started)
         except _STOP as exc:
             if self.stopped is None:
                 self.stopped = exc
@@ -441,6 +448,7 @@ class AgentRun:
         shown = prompts.ranked(candidates, self.plan.prompt, self.config.candidates)
         content = prompts.choice_content(_texts(pages), shown)
         tokens, chosen, output = 0, list[str](), dict[str, Any]()
+        started = time.monotonic()
         try:
             instruction = prompts.choice_instruction(self.plan.prompt, most)
             result = await self._ask(content, prompts.CHOICE_SCHEMA, instruction)
@@ -456,7 +464,7 @@ class AgentRun:
             return True
 
         await self._step("choose", {"candidates": len(shown)}, output, loop.Spend(tokens=tokens),
-                         apply)  # fmt: skip
+                         apply, started)  # fmt: skip
 
     async def _ask(self, content: str, schema: dict[str, Any], instruction: str) -> LlmResult:
         llm = self.service.llm
@@ -473,11 +481,13 @@ class AgentRun:
         budget = int((max_input - prompts.tokens_of(len(self.plan.prompt) + 2000)) * 3.5)
         content = prompts.answer_content(texts, max(budget, 2000))
         instruction = prompts.answer_instruction(self.plan.prompt, self.plan.schema is not None)
+        started = time.monotonic()
         try:
             result = await self._ask(content, prompts.answer_schema(self.plan.schema), instruction)
         except LlmError as exc:
             error = f"The model could not answer: {exc.code}: {exc.message}"[:2000]
-            await self._step("answer", {"pages": len(texts)}, {"error": error}, loop.Spend())
+            await self._step("answer", {"pages": len(texts)}, {"error": error}, loop.Spend(),
+                             started=started)  # fmt: skip
             raise AgentFailed(error) from None
         answer = prompts.read_answer(result.value, texts)
         cap = loop.step_cap(self.config.max_steps, self.plan.effort)
@@ -489,7 +499,7 @@ class AgentRun:
             return True
 
         credits = await self._step("answer", {"pages": len(texts)}, {"sources": answer.sources},
-                                   loop.Spend(tokens=_tokens(result)), apply)  # fmt: skip
+                                   loop.Spend(tokens=_tokens(result)), apply, started)  # fmt: skip
         return "completed", None, [{"creditsUsed": credits, "data": answer.data,
                                     "sources": answer.sources}]  # fmt: skip
 

@@ -178,7 +178,8 @@ class AgentService:
         rows = await self.store.read(lambda c: astore.steps(c, job_id))
         return [
             AgentStep(step=r.n, action=r.action, input=_decode(r.input), output=_decode(r.output),
-                      creditsUsed=r.credits, at=iso_ms(r.at_ms))
+                      creditsUsed=r.credits, at=iso_ms(r.at_ms), ms=r.ms,
+                      tokens=r.tokens)
             for r in rows
         ]  # fmt: skip
 

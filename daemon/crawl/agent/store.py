@@ -59,6 +59,7 @@ class StepRow(msgspec.Struct, frozen=True):
     tokens: int
     credits: int
     at_ms: int
+    ms: int
 
 
 def _job(row: Any) -> AgentJobRow:
@@ -178,21 +179,23 @@ def add_step(
     cost: tuple[int, int, int],
     credits: int,
     at_ms: int,
+    ms: int = 0,
 ) -> int:
-    """Record a step costing (pages, searches, tokens); returns its number."""
+    """Record a step costing (pages, searches, tokens) whose work took `ms`; returns its
+    number."""
     (last,) = one(conn, "SELECT coalesce(max(n), 0) FROM agent_steps WHERE job_id = ?", (job_id,))
     n = int(last) + 1
     conn.execute(
         "INSERT INTO agent_steps(job_id, n, action, input, output, pages, searches, tokens,"
-        " credits, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (job_id, n, action, _encode(input_), _encode(output), *cost, credits, at_ms),
+        " credits, at_ms, ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (job_id, n, action, _encode(input_), _encode(output), *cost, credits, at_ms, ms),
     )
     return n
 
 
 def steps(conn: Conn, job_id: str) -> list[StepRow]:
     rows: list[Any] = conn.execute(
-        "SELECT n, action, input, output, pages, searches, tokens, credits, at_ms"
+        "SELECT n, action, input, output, pages, searches, tokens, credits, at_ms, ms"
         " FROM agent_steps WHERE job_id = ? ORDER BY n",
         (job_id,),
     ).fetchall()

@@ -41,6 +41,7 @@ CREATE TABLE agent_steps (
     searches  BIGINT NOT NULL DEFAULT 0,
     tokens    BIGINT NOT NULL DEFAULT 0,
     credits   BIGINT NOT NULL,                 -- the run's credits once this step was done
+    ms        BIGINT NOT NULL DEFAULT 0,      -- how long its work took (fetch, search, model call)
     at_ms     BIGINT NOT NULL,
     PRIMARY KEY (job_id, n)
 );

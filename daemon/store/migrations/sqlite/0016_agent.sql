@@ -41,6 +41,7 @@ CREATE TABLE agent_steps (
     searches  INTEGER NOT NULL DEFAULT 0,
     tokens    INTEGER NOT NULL DEFAULT 0,
     credits   INTEGER NOT NULL,                 -- the run's credits once this step was done
+    ms        INTEGER NOT NULL DEFAULT 0,      -- how long its work took (fetch, search, model call)
     at_ms     INTEGER NOT NULL,
     PRIMARY KEY (job_id, n)
 ) WITHOUT ROWID;
