@@ -151,3 +151,21 @@ async def test_sdk_max_age_store_in_cache_and_lockdown(
     hit = await sdk(fc.scrape, url, formats=["markdown"], max_age=60_000)
     assert hit.metadata.cache_state == "hit" and hit.metadata.cached_at
     assert site.counts["/pages/7"] == 2
+
+
+async def test_sdk_defaults_and_a_bare_request_share_their_copies(
+    client: httpx.AsyncClient, fc: Firecrawl, sdk: Any, site: SiteSim
+) -> None:
+    """firecrawl-py sends Firecrawl's defaults (mobile: false, blockAds: true, ...) with every
+    scrape that sets an option; a bare `{url}` sends none: both are the same request."""
+    bare = site.url("/pages/8")
+    assert state(await scrape(client, bare))[0] == "miss"
+    locked = await sdk(fc.scrape, bare, formats=["markdown"], max_age=3_600_000, lockdown=True)
+    assert locked.metadata.cache_state == "hit"
+    assert site.counts["/pages/8"] == 1
+    by_sdk = site.url("/pages/9")
+    first = await sdk(fc.scrape, by_sdk, formats=["markdown"], max_age=3_600_000)
+    assert first.metadata.cache_state == "miss"
+    assert state(await scrape(client, by_sdk, lockdown=True))[0] == "hit"
+    assert state(await scrape(client, by_sdk))[0] == "hit"
+    assert site.counts["/pages/9"] == 1

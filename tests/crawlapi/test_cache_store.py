@@ -1,14 +1,20 @@
 """The document cache's store half on both backends: the age window a plan may read, one row
 per key, deletion by URL prefix, and the prune that keeps age, entry and byte bounds (oldest
-first); plus the pure rules of what a request may read and write."""
+first); plus the pure rules of what a request may read and write, and which options make the same
+key."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+import pytest
+
 from daemon.crawl.cache import rules
 from daemon.crawl.cache.documents import Cached, DocumentCache
 from daemon.crawl.config import CacheConfig
+from daemon.crawl.options.scrape_options import SCRAPE_DEFAULTS, ScrapeOptions
+from daemon.crawl.runs.pages import page_plan
 from daemon.store import Store
 
 DAY = 86_400_000
@@ -113,3 +119,50 @@ def test_what_a_request_may_read_and_write() -> None:
     asked = [plan(formats=[{"type": "question", "question": q}]) for q in ("a?", "b?", "a?")]
     keys = [rules.cache_key("http://a.test/", p) for p in asked]
     assert keys[0] != keys[1] and keys[0] == keys[2]  # another question is another document
+
+
+SDK_DEFAULTS = {"onlyMainContent": True, "removeBase64Images": True, "fastMode": False,
+                "blockAds": True, "storeInCache": True, "maxAge": 14_400_000, "mobile": False}  # fmt: skip
+"""What firecrawl-py 4.55 adds to every scrape that sets any option."""
+SAME_KEY = [  # (one request's options, another's, the same document?)
+    ({}, SDK_DEFAULTS, True),
+    ({}, {**SDK_DEFAULTS, "formats": ["markdown"], "lockdown": True, "maxAge": 1}, True),
+    ({}, {"formats": [{"type": "markdown"}], "proxy": "auto", "mobile": None}, True),
+    ({"formats": ["markdown", "links"]}, {"formats": ["links", {"type": "markdown"}]}, True),
+    ({}, {"waitFor": 0, "includeTags": [], "excludeTags": [], "headers": {}}, True),
+    ({}, {"timeout": 9000, "minAge": 1, "integration": "x", "skipTlsVerification": False}, True),
+    ({}, {"redactPII": False, "checkPromptInjection": False, "domainTools": False}, True),
+    ({}, {"mobile": True}, False),
+    ({}, {"blockAds": False}, False),
+    ({}, {"onlyMainContent": False}, False),
+    ({}, {"removeBase64Images": False}, False),
+    ({}, {"proxy": "stealth"}, False),
+    ({}, {"waitFor": 1000}, False),
+    ({}, {"formats": ["markdown", "links"]}, False),
+    ({}, {"location": {"languages": ["de"]}}, False),
+    (SDK_DEFAULTS, {**SDK_DEFAULTS, "mobile": True}, False),
+]
+
+
+def parsed_key(raw: dict[str, Any]) -> str:
+    """The cache key of a request's options as the API parses and plans them."""
+    options = msgspec.convert(raw, ScrapeOptions)
+    cache = page_plan(options, 30.0).cache
+    assert cache is not None
+    return rules.cache_key("http://a.test/", cache)
+
+
+@pytest.mark.parametrize(("one", "other", "same"), SAME_KEY)
+def test_an_option_at_its_default_is_the_option_left_out(
+    one: dict[str, Any], other: dict[str, Any], same: bool
+) -> None:
+    assert (parsed_key(one) == parsed_key(other)) is same
+    plain = [rules.cache_plan(o, defaults=SCRAPE_DEFAULTS).key_options for o in (one, other)]
+    assert (plain[0] == plain[1]) is same  # the same rule over plain values
+
+
+def test_every_option_with_a_default_is_keyed_as_when_absent() -> None:
+    assert {"mobile", "blockAds", "onlyMainContent", "removeBase64Images", "proxy",
+            "formats", "waitFor"} <= set(SCRAPE_DEFAULTS)  # fmt: skip
+    for name, value in SCRAPE_DEFAULTS.items():
+        assert parsed_key({name: value}) == parsed_key({}), name

@@ -8,10 +8,16 @@
 #
 # The key is the URL (without its #fragment) and every option that changes the document: the
 # options are all taken, except those that only say how long to wait or how to cache, so an
-# option added later is in the key unless it is listed here as harmless.
+# option added later is in the key unless it is listed here as harmless. An option given with
+# its default value is the same request as one that leaves it out (firecrawl-py sends
+# `mobile: false, blockAds: true, ...` with every scrape that sets any option; a bare `{url}`
+# sends none): the key holds only the options that differ from the defaults the option parser
+# applies, which the caller passes in (daemon/crawl/options/scrape_options.py SCRAPE_DEFAULTS,
+# a later room).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
@@ -30,9 +36,10 @@ MISS_MESSAGES = {
 }
 NOT_IN_KEY = frozenset(
     {"timeout", "maxAge", "minAge", "storeInCache", "lockdown", "integration", "origin",
-     "auditMetadata", "fastMode", "useMock", "skipTlsVerification"}
+     "zeroDataRetention", "auditMetadata", "fastMode", "useMock", "skipTlsVerification"}
 )  # fmt: skip
-"""Options that never change a produced document (only whether or how long it is waited for)."""
+"""Options that never change a produced document (only whether or how long it is waited for,
+or whether it may be kept): never in the key, whatever their value."""
 
 
 class CachePlan(msgspec.Struct, frozen=True):
@@ -70,9 +77,39 @@ def uncacheable(options: dict[str, Any]) -> str | None:
     return None
 
 
-def cache_plan(options: dict[str, Any], *, zero_data_retention: bool = False) -> CachePlan:
+def _canonical_formats(formats: Any) -> Any:
+    """Formats as one request means them: `{"type": "links"}` is `"links"`, order is not."""
+    if not isinstance(formats, list):
+        return formats
+    named = [f["type"] if isinstance(f, dict) and list(f) == ["type"] else f for f in formats]
+    return sorted(named, key=lambda f: msgspec.json.encode(f, order="sorted"))
+
+
+def key_options(options: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """The options in the key: neither unset (None), nor in NOT_IN_KEY, nor equal to their
+    default in `defaults` (an explicit default is the same request as the option left out)."""
+    keyed: dict[str, Any] = {}
+    for name, value in options.items():
+        if name in NOT_IN_KEY or value is None:
+            continue
+        default = defaults.get(name)
+        if name == "formats":
+            value, default = _canonical_formats(value), _canonical_formats(default)
+        if type(value) is type(default) and value == default:
+            continue
+        keyed[name] = value
+    return keyed
+
+
+def cache_plan(
+    options: dict[str, Any],
+    *,
+    defaults: Mapping[str, Any] | None = None,
+    zero_data_retention: bool = False,
+) -> CachePlan:
     """The plan of validated scrape options given as plain values (msgspec.to_builtins of
-    ScrapeOptions). v1 requests arrive with v1's default maxAge (0) already set."""
+    ScrapeOptions); `defaults`: the parser's default of each option (SCRAPE_DEFAULTS), left out
+    of the key. v1 requests arrive with v1's default maxAge (0) already set."""
     lockdown = bool(options.get("lockdown"))
     min_age = options.get("minAge")
     max_age = options.get("maxAge")
@@ -80,7 +117,7 @@ def cache_plan(options: dict[str, Any], *, zero_data_retention: bool = False) ->
         max_age = LOCKDOWN_MAX_AGE_MS if lockdown else DEFAULT_MAX_AGE_MS
     only = LOCKDOWN_MISS if lockdown else (NO_CACHED_DATA if min_age is not None else None)
     excluded = uncacheable(options) is not None
-    keyed = {k: v for k, v in options.items() if k not in NOT_IN_KEY and v is not None}
+    keyed = key_options(options, defaults or {})
     return CachePlan(
         key_options=msgspec.json.encode(keyed, order="sorted").decode(),
         read=not excluded and (max_age > 0 or only is not None),

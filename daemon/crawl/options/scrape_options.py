@@ -50,21 +50,21 @@ class ScrapeOptions(msgspec.Struct, kw_only=True):
     """Milliseconds for the whole page; [crawl] page_timeout when absent."""
     removeBase64Images: bool = True
     skipTlsVerification: bool | None = None
+    """Unset: true, false when `headers` are given (daemon/crawl/runs/pages.py)."""
     # The document cache (daemon/crawl/cache/rules.py): Firecrawl's meaning and defaults.
-    storeInCache: bool | None = None
+    storeInCache: bool | None = True
     maxAge: int | None = None
     """Milliseconds; unset: 2 days (2 years with lockdown); 0: never read the cache."""
     minAge: int | None = None
     """Milliseconds; set: from the cache only (404 SCRAPE_NO_CACHED_DATA when none)."""
-    lockdown: bool | None = None
+    lockdown: bool | None = False
     """From the cache only, never fetched (404 SCRAPE_LOCKDOWN_CACHE_MISS when none)."""
     # Accepted and ignored: tuning of Firecrawl's cloud (ads, proxy pools, devices).
-    mobile: bool | None = None
-    fastMode: bool | None = None
-    blockAds: bool | None = None
-    proxy: Literal["basic", "stealth", "enhanced", "auto"] | None = None
-    """Which `[crawl] proxies` pool (docs/how-to/crawl-proxies.md); absent means Firecrawl's
-    "auto"."""
+    mobile: bool | None = False
+    fastMode: bool | None = False
+    blockAds: bool | None = True
+    proxy: Literal["basic", "stealth", "enhanced", "auto"] | None = "auto"
+    """Which `[crawl] proxies` pool (docs/how-to/crawl-proxies.md)."""
     location: dict[str, Any] | None = None
     useMock: str | None = None
     profile: dict[str, Any] | None = None
@@ -74,14 +74,30 @@ class ScrapeOptions(msgspec.Struct, kw_only=True):
     parsers: list[Any] | None = None
     # Refused when set: actions without [crawl.browser]; the others crawld does not do at all.
     actions: list[Any] | None = None
-    redactPII: bool | dict[str, Any] | None = None
-    checkPromptInjection: bool | None = None
+    redactPII: bool | dict[str, Any] | None = False
+    checkPromptInjection: bool | None = False
     threatProtection: dict[str, Any] | None = None
-    domainTools: bool | None = None
+    domainTools: bool | None = False
     toolDetail: str | None = None
 
 
 SCRAPE_KEYS = frozenset(ScrapeOptions.__struct_fields__)
+
+
+def _defaults() -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for field in msgspec.structs.fields(ScrapeOptions):
+        if field.default is not msgspec.NODEFAULT:
+            found[field.name] = field.default
+        elif field.default_factory is not msgspec.NODEFAULT:
+            found[field.name] = field.default_factory()
+    return {name: value for name, value in found.items() if value is not None}
+
+
+SCRAPE_DEFAULTS = _defaults()
+"""Firecrawl's default of every scrape option that has one, as the parser above applies it
+(its field defaults): an option given with this value is the same request as one without it
+(the document cache keys on the others, daemon/crawl/cache/rules.py)."""
 
 
 def check_scrape_options(

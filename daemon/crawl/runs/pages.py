@@ -38,7 +38,7 @@ from daemon.crawl.content.pdf import PdfError, PdfOptions, is_pdf, pdf_options, 
 from daemon.crawl.fetching.fetch import Fetcher, FetchError, FetchResult, HostGate
 from daemon.crawl.fetching.urls import parse_http_url
 from daemon.crawl.options import llm_formats
-from daemon.crawl.options.scrape_options import ScrapeOptions, document_options
+from daemon.crawl.options.scrape_options import SCRAPE_DEFAULTS, ScrapeOptions, document_options
 from daemon.crawl.proxies import RETRY_STATUSES
 from daemon.crawl.rendering import render_rules as rr
 from daemon.crawl.rendering.browser import BrowserPool
@@ -128,7 +128,9 @@ def page_plan(
         proxy=options.proxy,
         llm=llm_formats.llm_plan(options.formats),
         cache=cache_rules.cache_plan(
-            msgspec.to_builtins(options), zero_data_retention=zero_data_retention
+            msgspec.to_builtins(options),
+            defaults=SCRAPE_DEFAULTS,
+            zero_data_retention=zero_data_retention,
         ),
         tracking=tracking_spec(options.formats, zero_data_retention),
     )
