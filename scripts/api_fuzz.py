@@ -54,6 +54,8 @@ state_dir = "{state}"
 [http]
 bind = "127.0.0.1:{port}"
 {key}
+[crawl.browser]
+enabled = false
 [collector]
 enabled = false
 """

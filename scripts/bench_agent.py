@@ -95,6 +95,8 @@ def config_text(port: int, sim: str, searxng: str) -> str:
         bind = "127.0.0.1:{port}"
         [collector]
         enabled = false
+        [crawl.browser]
+        enabled = false
         [crawl]
         allow_cidrs = ["127.0.0.0/8"]
         [search]

@@ -54,6 +54,8 @@ CONFIG = """
 [daemon]
 state_dir = "{state}"
 log_level = "warning"
+[crawl.browser]
+enabled = false
 [http]
 bind = "127.0.0.1:{port}"
 [broker]

@@ -171,7 +171,7 @@ class Crawld:
             concurrency = {concurrency}
             per_host_concurrency = {concurrency}
             """)
-            + (BROWSER_SECTION if browser else "")
+            + (BROWSER_SECTION if browser else "[crawl.browser]\nenabled = false\n")
         )
         env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
         self.proc = subprocess.Popen(

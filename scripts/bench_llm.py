@@ -156,6 +156,8 @@ def config_text(port: int, sim: str, args: argparse.Namespace) -> str:
         bind = "127.0.0.1:{port}"
         [collector]
         enabled = false
+        [crawl.browser]
+        enabled = false
         [crawl]
         allow_cidrs = ["127.0.0.0/8"]
         concurrency = {args.crawl_concurrency}

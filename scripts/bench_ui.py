@@ -81,7 +81,10 @@ async def bench_size(size: int, rounds: int, browser: object) -> dict[str, objec
     assert isinstance(browser, Browser)
     with tempfile.TemporaryDirectory(prefix="crawld-bench-ui-") as tmp:
         path = Path(tmp) / "crawld.toml"
-        path.write_text(f'[daemon]\nstate_dir = "{tmp}"\n[http]\nbind = "127.0.0.1:0"\n')
+        path.write_text(
+            f'[daemon]\nstate_dir = "{tmp}"\n[http]\nbind = "127.0.0.1:0"\n'
+            "[crawl.browser]\nenabled = false\n"
+        )
         async with trio.open_nursery() as nursery:
             cfg = config.load(path)
             daemon = await nursery.start(

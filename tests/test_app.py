@@ -14,6 +14,8 @@ from tests.conftest import NotifySocket
 BASE = """
 [daemon]
 state_dir = "state"
+[crawl.browser]
+enabled = false
 [http]
 bind = "127.0.0.1:0"
 """

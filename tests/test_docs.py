@@ -115,6 +115,8 @@ def test_every_config_key_is_documented_and_every_documented_key_exists() -> Non
 FULL = """
 [daemon]
 state_dir = "state"
+[crawl.browser]
+enabled = false
 [http]
 bind = "127.0.0.1:0"
 [tracker]

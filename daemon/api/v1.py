@@ -67,8 +67,12 @@ class V1Handlers:
     def __init__(self, service: CrawlService, search: SearchService) -> None:
         self.service = service
         self.search = search
-        self.browser = service.browser is not None
         self.stealth = service.stealth_proxies
+
+    @property
+    def browser(self) -> bool:
+        """A browser is running (with [crawl.browser] "auto" it may turn off at start)."""
+        return self.service.browser is not None
 
     async def scrape(self, request: Request) -> Response:
         try:

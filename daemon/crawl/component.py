@@ -57,9 +57,13 @@ def install(daemon: Daemon) -> None:
                 "extract": extract.status(), "agent": agent.status()}  # fmt: skip
 
     async def on_reload(old: Config, new: Config, change: ConfigDiff) -> None:
+        if new.crawl.enabled and (
+            new.crawl.browser != old.crawl.browser
+            or new.crawl.browser.choice().binary != service.browser_choice.binary
+        ):
+            log.warning("[crawl.browser] changes take effect at the next restart",
+                        browser=service.browser_choice.status())  # fmt: skip
         if "crawl" in change.sections_changed and new.crawl.enabled:
-            if new.crawl.browser != old.crawl.browser:
-                log.warning("[crawl.browser] changes take effect at the next restart")
             service.configure(new.crawl)
         if "search" in change.sections_changed:
             search.configure(new.search)

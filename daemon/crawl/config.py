@@ -1,11 +1,19 @@
 # The `[crawl]` section: the Firecrawl-compatible scrape/crawl/map API (issue 10). Limits apply to
 # jobs started after a reload; running jobs keep the values they started with.
+#
+# `[crawl.browser] enabled` is "auto" by default: the browser is used where it can run (a
+# Chromium on PATH, and not root with its sandbox on) and is off elsewhere, so screenshots work
+# without a config edit on a machine that has Chromium. What it comes to depends on the machine,
+# not only on the file, so it is worked out apart (BrowserConfig.choice) from the value checks,
+# and `true` is checked against the machine with the other references when the file is read.
 from __future__ import annotations
 
 import ipaddress
 import os
 import shutil
-from typing import Literal
+from typing import Any, Literal
+
+import msgspec
 
 from daemon.config_types import Duration, Section
 from daemon.crawl.proxies import ProxyServer, proxy_problems
@@ -28,11 +36,28 @@ def find_browser(executable: str) -> str | None:
     return None
 
 
+class BrowserChoice(msgspec.Struct, frozen=True, omit_defaults=True):
+    """What `[crawl.browser] enabled` comes to on this machine (`/status` → `crawl.browser`)."""
+
+    mode: Literal["auto", "on", "off"]
+    """The file's value: "auto", "on" (true) or "off" (false)."""
+    enabled: bool
+    """The browser is started and used."""
+    binary: str | None = None
+    """The Chromium found (with "auto" or true)."""
+    reason: str | None = None
+    """Why it is off (not enabled)."""
+
+    def status(self) -> dict[str, Any]:
+        return dict(msgspec.to_builtins(self))
+
+
 class BrowserConfig(Section, frozen=True):
     """`[crawl.browser]`: the headless Chromium that renders pages needing JavaScript."""
 
-    enabled: bool = False
-    """Start and supervise a headless Chromium (Debian's `chromium`); off: HTTP only."""
+    enabled: bool | Literal["auto"] = "auto"
+    """"auto": use Debian's `chromium` when one is found on PATH (and can use its sandbox),
+    else off; true: start and supervise it (a start-up error without one); false: HTTP only."""
     executable: str = ""
     """Path or name of the browser; empty: the first of chromium, chromium-headless-shell,
     chromium-browser, google-chrome found on PATH."""
@@ -54,23 +79,49 @@ class BrowserConfig(Section, frozen=True):
             raise ValueError("tabs and restart_after must be at least 1")
         if self.max_memory < 64 * 1024 * 1024:
             raise ValueError("max_memory must be at least 64 MiB (67108864)")
-        if not self.enabled:
+
+    def choice(self) -> BrowserChoice:
+        """Whether the browser is used here: looks for it on PATH (or at `executable`) and at
+        who runs crawld. With `enabled = true` it is used whatever is found (check() refused
+        the file already if it cannot run)."""
+        if self.enabled is False:
+            return BrowserChoice(mode="off", enabled=False, reason="enabled = false")
+        binary = find_browser(self.executable)
+        if self.enabled is True:
+            return BrowserChoice(mode="on", enabled=True, binary=binary)
+        problem = self._problem(binary)
+        if problem is not None:
+            return BrowserChoice(mode="auto", enabled=False, binary=binary, reason=problem[1])
+        return BrowserChoice(mode="auto", enabled=True, binary=binary)
+
+    def check(self) -> None:
+        """ValueError naming the key path when `enabled = true` and the browser cannot run on
+        this machine (no browser found, or root with the sandbox on)."""
+        if self.enabled is not True:
             return
-        if find_browser(self.executable) is None:
+        problem = self._problem(find_browser(self.executable))
+        if problem is not None:
+            key, text = problem
+            raise ValueError(f"{text} - at `$.crawl.browser.{key}`")
+
+    def _problem(self, binary: str | None) -> tuple[str, str] | None:
+        """(key, why) the browser cannot run here; None: it can."""
+        if binary is None:
             what = (
                 repr(self.executable)
                 if self.executable
                 else "none of " + ", ".join(BROWSER_NAMES) + " is on PATH"
             )
-            raise ValueError(
-                f"executable: no browser found ({what}); install Debian's chromium "
+            return "enabled", (
+                f"no browser found ({what}); install Debian's chromium "
                 "(apt-get install chromium) or set [crawl.browser] enabled = false"
             )
         if self.sandbox and os.geteuid() == 0:
-            raise ValueError(
-                "sandbox: Chromium cannot use its sandbox as root; run crawld as a user "
+            return "sandbox", (
+                "Chromium cannot use its sandbox as root; run crawld as a user "
                 "(systemd/crawld.service does) or set sandbox = false"
             )
+        return None
 
 
 class CacheConfig(Section, frozen=True):

@@ -26,6 +26,8 @@ KEY_ENV = "CRAWLD_TEST_API_KEY"
 BASE = """
 [daemon]
 state_dir = "state"
+[crawl.browser]
+enabled = false
 [http]
 bind = "127.0.0.1:0"
 {http}

@@ -22,6 +22,8 @@ pytestmark = pytest.mark.process
 CONFIG = """
 [daemon]
 state_dir = "state"
+[crawl.browser]
+enabled = false
 [http]
 bind = "127.0.0.1:0"
 body_timeout = "60s"

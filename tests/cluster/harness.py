@@ -29,9 +29,12 @@ CRAWLD_RUN = ("-m", "daemon", "run", "--config", "{config}")
 DEFAULT_BASE = """
 [collector]
 enabled = false
+[crawl.browser]
+enabled = false
 """
 """Shared by every instance unless the caller's base says otherwise: no collector (its
-Octoparse client would need a simulator)."""
+Octoparse client would need a simulator) and no browser (`enabled = "auto"` would start one
+wherever Chromium is installed)."""
 
 
 def free_port() -> int:

@@ -26,6 +26,8 @@ DAY = 86_400_000
 TEMPLATE = """
 [daemon]
 state_dir = "state"
+[crawl.browser]
+enabled = false
 [http]
 bind = "127.0.0.1:0"
 [collector]

@@ -28,6 +28,8 @@ ROWS = 600
 TEMPLATE = """
 [daemon]
 state_dir = "state"
+[crawl.browser]
+enabled = false
 [http]
 bind = "127.0.0.1:0"
 [collector]

@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from daemon import settings as config_module
-from daemon.crawl.config import BrowserConfig
+from daemon.crawl.config import BrowserChoice, BrowserConfig
 from daemon.crawl.fetching.proxy import (
     REP_COMMAND,
     REP_NOT_ALLOWED,
@@ -115,8 +115,9 @@ def test_enabled_without_a_browser_is_a_clear_config_error(tmp_path: Path) -> No
 
 
 def test_disabled_browser_needs_nothing() -> None:
-    cfg = msgspec.convert({"executable": "/nonexistent"}, BrowserConfig)
-    assert cfg.enabled is False
+    cfg = msgspec.convert({"enabled": False, "executable": "/nonexistent"}, BrowserConfig)
+    assert cfg.choice() == BrowserChoice(mode="off", enabled=False, reason="enabled = false")
+    cfg.check()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the sandbox check applies to root")
@@ -125,7 +126,63 @@ def test_sandbox_as_root_is_refused_with_the_way_out() -> None:
 
     need_chromium()
     with pytest.raises(ValueError, match="sandbox = false"):
-        BrowserConfig(enabled=True, sandbox=True)
+        BrowserConfig(enabled=True, sandbox=True).check()
+
+
+ON_PATH = "on PATH"
+CHOICES = [  # ([crawl.browser] lines, a chromium on PATH, crawld's uid, what it comes to)
+    ("", True, 1000, ("auto", True, ON_PATH, None)),
+    ('enabled = "auto"', True, 1000, ("auto", True, ON_PATH, None)),
+    ('enabled = "auto"', False, 1000, ("auto", False, None, "no browser found (none of")),
+    ('enabled = "auto"', True, 0, ("auto", False, ON_PATH, "cannot use its sandbox as root")),
+    ('enabled = "auto"\nsandbox = false', True, 0, ("auto", True, ON_PATH, None)),
+    ('enabled = "auto"\nexecutable = "/nonexistent/chromium"', True, 1000,
+     ("auto", False, None, "no browser found ('/nonexistent/chromium')")),
+    ("enabled = true", True, 1000, ("on", True, ON_PATH, None)),
+    ("enabled = true", False, 1000, "no browser found (none of chromium, chromium-headless-shell,"
+     " chromium-browser, google-chrome is on PATH); install Debian's chromium (apt-get install"
+     " chromium) or set [crawl.browser] enabled = false - at `$.crawl.browser.enabled`"),
+    ("enabled = true", True, 0, "- at `$.crawl.browser.sandbox`"),
+    ("enabled = false", False, 0, ("off", False, None, "enabled = false")),
+    ('enabled = "yes"', True, 1000, "- at `$.crawl.browser.enabled`"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("lines", "found", "uid", "expected"), CHOICES)
+def test_what_enabled_comes_to_on_this_machine(
+    lines: str,
+    found: bool,
+    uid: int,
+    expected: tuple[str, bool, str | None, str | None] | str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fake chromium on an otherwise empty PATH, or none; root or a user."""
+    if found:
+        fake = tmp_path / "chromium"
+        fake.write_text("#!/bin/sh\nexit 1\n")
+        fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(os, "geteuid", lambda: uid)
+    text = f"[crawl.browser]\n{lines}\n"
+    if isinstance(expected, str):
+        with pytest.raises(config_module.ConfigError) as info:
+            config_module.decode(text, "c.toml")
+        assert expected in str(info.value)
+        return
+    choice = config_module.decode(text, "c.toml").crawl.browser.choice()
+    mode, enabled, binary, reason = expected
+    assert (choice.mode, choice.enabled) == (mode, enabled)
+    assert choice.binary == (str(tmp_path / "chromium") if binary == ON_PATH else binary)
+    assert (choice.reason is None) if reason is None else reason in str(choice.reason)
+    assert ("binary" in choice.status(), "reason" in choice.status()) == (
+        choice.binary is not None, choice.reason is not None)  # fmt: skip
+
+
+def test_the_shipped_config_says_auto() -> None:
+    root = Path(__file__).resolve().parents[2]
+    assert config_module.load(root / "config.toml").crawl.browser.enabled == "auto"
+    assert config_module.decode(b"", "empty.toml").crawl.browser.enabled == "auto"
 
 
 # -- a real Chromium --------------------------------------------------------------------------

@@ -21,11 +21,16 @@ from tests.conftest import serve_daemon
 
 T = TypeVar("T")
 
+NO_BROWSER = "[crawl.browser]\nenabled = false\n"
+"""In CONFIG: no browser, though `enabled = "auto"` would start one wherever Chromium is
+installed (the tests that render take it out and add their own)."""
 CONFIG = """
 [daemon]
 state_dir = "state"
 [http]
 bind = "127.0.0.1:0"
+[crawl.browser]
+enabled = false
 [collector]
 enabled = false
 [webhooks]

@@ -38,6 +38,8 @@ def _config(port: int, llm: str, searxng: str, deployment: Deployment) -> str:
         f"""
 [daemon]
 state_dir = "state"
+[crawl.browser]
+enabled = false
 [http]
 bind = "127.0.0.1:{port}"
 [collector]

@@ -62,6 +62,8 @@ async def test_kill_9_mid_crawl_then_restart_completes_exactly_once(
         f"""
 [daemon]
 state_dir = "state"
+[crawl.browser]
+enabled = false
 [http]
 bind = "127.0.0.1:{port}"
 [collector]

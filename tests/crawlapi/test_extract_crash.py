@@ -48,6 +48,8 @@ async def test_kill_9_mid_extract_then_the_same_id_completes_without_asking_agai
         f"""
 [daemon]
 state_dir = "state"
+[crawl.browser]
+enabled = false
 [http]
 bind = "127.0.0.1:{port}"
 [collector]

@@ -30,7 +30,7 @@ from daemon.crawl.rendering.render import decode_data_uri
 from daemon.fakes import js_site
 from daemon.fakes.site import SiteSim
 from tests.crawl.conftest import need_chromium
-from tests.crawlapi.conftest import CONFIG
+from tests.crawlapi.conftest import CONFIG, NO_BROWSER
 
 pytestmark = pytest.mark.browser
 Sdk = Callable[..., Awaitable[Any]]
@@ -40,9 +40,8 @@ Sdk = Callable[..., Awaitable[Any]]
 def crawl_config() -> str:
     need_chromium()
     sandbox = "true" if os.geteuid() != 0 else "false"
-    return CONFIG.replace('page_timeout = "5s"', 'page_timeout = "15s"') + (
-        f"\n[crawl.browser]\nenabled = true\nsandbox = {sandbox}\ntabs = 2\n"
-    )
+    config = CONFIG.replace(NO_BROWSER, "").replace('page_timeout = "5s"', 'page_timeout = "15s"')
+    return config + f"\n[crawl.browser]\nenabled = true\nsandbox = {sandbox}\ntabs = 2\n"
 
 
 async def test_sdk_screenshot_and_actions(fc: Firecrawl, sdk: Sdk, site: SiteSim) -> None:

@@ -28,6 +28,8 @@ DAY = 86_400_000
 TEMPLATE = """
 [daemon]
 state_dir = "state"
+[crawl.browser]
+enabled = false
 [http]
 bind = "127.0.0.1:{http_port}"
 [broker]

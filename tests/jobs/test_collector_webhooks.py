@@ -24,6 +24,8 @@ from tests.jobs.conftest import SECRET_ENV
 CONFIG = f"""
 [daemon]
 state_dir = "state"
+[crawl.browser]
+enabled = false
 [http]
 bind = "127.0.0.1:0"
 [collector]

@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = f"""
 [daemon]
 state_dir = "state"
+[crawl.browser]
+enabled = false
 [http]
 enabled = false
 [webhooks]

@@ -205,6 +205,7 @@ async def test_a_reload_with_a_bad_secret_changes_nothing(
     monkeypatch.setenv("CRAWLD_TEST_RULES_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
     path = tmp_path / "c.toml"
     base = f'[daemon]\nstate_dir = "{tmp_path}"\n[http]\nenabled = false\n'
+    base += "[crawl.browser]\nenabled = false\n"
     path.write_text(base + '[webhooks]\nsecret_env = "CRAWLD_TEST_RULES_SECRET"\n')
 
     async def runner(task_status: trio.TaskStatus[Daemon]) -> None:

@@ -45,6 +45,8 @@ async def test_kill_9_mid_batch_pays_each_question_once(
         f"""
 [daemon]
 state_dir = "state"
+[crawl.browser]
+enabled = false
 [http]
 bind = "127.0.0.1:{port}"
 [collector]

@@ -327,7 +327,7 @@ async def test_healthz_is_degraded_while_the_server_is_cut_off_then_ok(
         monkeypatch.setenv("CRAWLD_TEST_HEALTH_DSN", _dsn_via(proxy.port))
         path = tmp_path / "crawld.toml"
         path.write_text(
-            '[daemon]\nstate_dir = "state"\n[http]\nbind = "127.0.0.1:0"\n[store]\n'
+            '[daemon]\nstate_dir = "state"\n[crawl.browser]\nenabled = false\n[http]\nbind = "127.0.0.1:0"\n[store]\n'
             f'kind = "postgres"\ndsn_env = "CRAWLD_TEST_HEALTH_DSN"\nschema = "{schema}"\n'
         )
         daemon = await serve_daemon(nursery, path)
@@ -395,7 +395,7 @@ async def test_a_second_instance_of_one_name_on_a_schema_refuses_naming_the_firs
     monkeypatch.setenv("CRAWLD_TEST_ONE_DSN", dsn)
     path = tmp_path / "crawld.toml"
     path.write_text(
-        '[daemon]\nstate_dir = "state"\n[http]\nbind = "127.0.0.1:0"\n[store]\n'
+        '[daemon]\nstate_dir = "state"\n[crawl.browser]\nenabled = false\n[http]\nbind = "127.0.0.1:0"\n[store]\n'
         f'kind = "postgres"\ndsn_env = "CRAWLD_TEST_ONE_DSN"\nschema = "{schema}"\n'
     )
     async with trio.open_nursery() as nursery:

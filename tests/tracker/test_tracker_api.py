@@ -19,6 +19,8 @@ from tests.conftest import serve_daemon
 TEMPLATE = """
 [daemon]
 state_dir = "state"
+[crawl.browser]
+enabled = false
 [http]
 bind = "127.0.0.1:0"
 [collector]

@@ -45,6 +45,8 @@ TICK_S = 1
 CONFIG = """
 [daemon]
 state_dir = "{state}"
+[crawl.browser]
+enabled = false
 [http]
 bind = "127.0.0.1:0"
 [collector]

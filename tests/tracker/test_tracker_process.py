@@ -30,6 +30,8 @@ HOUR = 3_600_000
 CONFIG = """
 [daemon]
 state_dir = "state"
+[crawl.browser]
+enabled = false
 [http]
 bind = "127.0.0.1:0"
 [collector]

@@ -32,6 +32,8 @@ DAY_MS = 86_400_000
 BASE = """
 [daemon]
 state_dir = "state"
+[crawl.browser]
+enabled = false
 [http]
 bind = "127.0.0.1:0"
 {http}

@@ -7,6 +7,9 @@
 #
 # Limits come from `[crawl]`: a reload builds a new Engine (fetcher, gate, limits) for jobs
 # started afterwards; running jobs keep the engine they started with, as the config promises.
+# The browser is decided once, at construction ([crawl.browser] changes need a restart): with
+# `enabled = "auto"` a Chromium that is found but does not start turns it off (with the reason
+# in /status) instead of failing the daemon, as `enabled = true` does.
 from __future__ import annotations
 
 import contextlib
@@ -24,7 +27,7 @@ from daemon.crawl.fetching.fetch import Resolver
 from daemon.crawl.fetching.proxy import VettingProxy
 from daemon.crawl.options.batch import batch_candidates
 from daemon.crawl.options.models import BatchPlan, CrawlPlan, MapRequest, ScrapeRequest
-from daemon.crawl.rendering.browser import BrowserPool
+from daemon.crawl.rendering.browser import BrowserPool, BrowserUnavailable
 from daemon.crawl.runs import store as crawlstore
 from daemon.crawl.runs.crawler import JobRun
 from daemon.crawl.runs.ending import apply_end
@@ -72,7 +75,9 @@ class CrawlService:
         self.resolver = resolver
         self.proxy: VettingProxy | None = None
         self.browser: BrowserPool | None = None
-        if config.browser.enabled:
+        self.browser_choice = config.browser.choice()
+        """What [crawl.browser] enabled came to here (/status)."""
+        if self.browser_choice.enabled:
             self.proxy = VettingProxy(
                 allow_cidrs=tuple(config.allow_cidrs),
                 resolver=resolver,
@@ -126,9 +131,7 @@ class CrawlService:
         try:
             async with trio.open_nursery() as nursery:
                 self._runs.nursery = nursery
-                if self.proxy is not None and self.browser is not None:
-                    await nursery.start(self.proxy.run)
-                    await nursery.start(self.browser.run)
+                await self._start_browser(nursery)
                 wakeups = self.store.wakeups
                 created = wakeups.event(wake.CRAWLS)  # taken before the first look
                 if found := await self._scan():
@@ -141,6 +144,35 @@ class CrawlService:
                 for engine in self._engines:
                     await engine.fetcher.aclose()
                 self._engines = [self.engine]
+
+    async def _start_browser(self, nursery: trio.Nursery) -> None:
+        """Start the browser and its vetting proxy, if there is one. With "auto", a first start
+        that fails leaves the browser off (logged, and said in /status); with true it fails
+        the service."""
+        if self.proxy is None or self.browser is None:
+            return
+        proxy_scope = trio.CancelScope()
+
+        async def run_proxy(task_status: trio.TaskStatus[int]) -> None:
+            assert self.proxy is not None
+            with proxy_scope:
+                await self.proxy.run(task_status=task_status)
+
+        await nursery.start(run_proxy)
+        try:
+            await nursery.start(self.browser.run)
+        except (BrowserUnavailable, BaseExceptionGroup) as failure:  # the pool's nursery wraps it
+            exc = _unavailable(failure)
+            if exc is None or self.browser_choice.mode != "auto":
+                raise
+            log.warning("browser did not start; rendering is off ([crawl.browser] enabled ="
+                        ' "auto")', error=str(exc))  # fmt: skip
+            proxy_scope.cancel()
+            self.browser = self.proxy = None
+            self.browser_choice = msgspec.structs.replace(
+                self.browser_choice, enabled=False, reason=f"the browser did not start: {exc}"
+            )
+            self.configure(self.config)
 
     async def _scan(self) -> int:
         """Start a JobRun for each running job without one here; returns how many started."""
@@ -320,12 +352,20 @@ class CrawlService:
             "host_gates": {h: n for h, n in hosts.items() if n},
             "jobs": {job_id: run.status() for job_id, run in list(self.runs.items())},
             "renders": dict(engine.maker.renders),
-            "browser": self.browser.status() if self.browser is not None else None,
+            "browser": self.browser_choice.status()
+            | (self.browser.status() if self.browser is not None else {}),
             "browser_proxy": dict(self.proxy.counts) if self.proxy is not None else None,
             "cache": await self.cache.status(),
             "change_tracking": dict(self.tracker.counts),
             "proxies": engine.fetcher.proxies.status(),
         }
+
+
+def _unavailable(exc: BaseException) -> BrowserUnavailable | None:
+    """The BrowserUnavailable `exc` is, looking through single-member exception groups."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, BrowserUnavailable) else None
 
 
 __all__ = ["CrawlService", "JobFinished", "JobNotFound"]
