@@ -2,10 +2,12 @@
 # jobs started after a reload; running jobs keep the values they started with.
 #
 # `[crawl.browser] enabled` is "auto" by default: the browser is used where it can run (a
-# Chromium on PATH, and not root with its sandbox on) and is off elsewhere, so screenshots work
-# without a config edit on a machine that has Chromium. What it comes to depends on the machine,
-# not only on the file, so it is worked out apart (BrowserConfig.choice) from the value checks,
-# and `true` is checked against the machine with the other references when the file is read.
+# Chromium on PATH) and is off elsewhere, so screenshots work without a config edit on a machine
+# that has Chromium. `sandbox` is "auto" too: Chromium's sandbox cannot start as root, so a root
+# crawld (a container, a test machine) runs it without and says so in /status and the log; the
+# systemd unit runs crawld as a user, where the sandbox is on. What it comes to depends on the
+# machine, not only on the file, so it is worked out apart (BrowserConfig.choice) from the value
+# checks, and `true` is checked against the machine with the other references when the file is read.
 from __future__ import annotations
 
 import ipaddress
@@ -45,6 +47,8 @@ class BrowserChoice(msgspec.Struct, frozen=True, omit_defaults=True):
     """The browser is started and used."""
     binary: str | None = None
     """The Chromium found (with "auto" or true)."""
+    sandbox: bool | None = None
+    """Chromium runs in its own sandbox (when enabled)."""
     reason: str | None = None
     """Why it is off (not enabled)."""
 
@@ -68,9 +72,10 @@ class BrowserConfig(Section, frozen=True):
     browser is restarted once its pages finish (at 1.5x it is killed at once, its pages fail)."""
     restart_after: int = 500
     """Pages rendered by one browser process before it is replaced by a fresh one."""
-    sandbox: bool = True
-    """Chromium's own sandbox. It cannot run as root: run crawld as a user (the systemd unit
-    does) or set false (a container that is itself the sandbox)."""
+    sandbox: bool | Literal["auto"] = "auto"
+    """Chromium's own sandbox. It cannot run as root: "auto" uses it unless crawld runs as root
+    (then without, with a warning); true: always (as root, a start-up error); false: never (a
+    container that is itself the sandbox)."""
     max_screenshot_height: int = 16384
     """Tallest full-page screenshot in CSS pixels (longer pages are cut)."""
 
@@ -88,11 +93,18 @@ class BrowserConfig(Section, frozen=True):
             return BrowserChoice(mode="off", enabled=False, reason="enabled = false")
         binary = find_browser(self.executable)
         if self.enabled is True:
-            return BrowserChoice(mode="on", enabled=True, binary=binary)
+            return BrowserChoice(mode="on", enabled=True, binary=binary, sandbox=self.use_sandbox())
         problem = self._problem(binary)
         if problem is not None:
             return BrowserChoice(mode="auto", enabled=False, binary=binary, reason=problem[1])
-        return BrowserChoice(mode="auto", enabled=True, binary=binary)
+        return BrowserChoice(mode="auto", enabled=True, binary=binary, sandbox=self.use_sandbox())
+
+    def use_sandbox(self) -> bool:
+        """Whether Chromium is started in its sandbox: `sandbox`, with "auto" meaning "unless
+        crawld runs as root"."""
+        if self.sandbox == "auto":
+            return os.geteuid() != 0
+        return self.sandbox
 
     def check(self) -> None:
         """ValueError naming the key path when `enabled = true` and the browser cannot run on
@@ -116,7 +128,7 @@ class BrowserConfig(Section, frozen=True):
                 f"no browser found ({what}); install Debian's chromium "
                 "(apt-get install chromium) or set [crawl.browser] enabled = false"
             )
-        if self.sandbox and os.geteuid() == 0:
+        if self.sandbox is True and os.geteuid() == 0:
             return "sandbox", (
                 "Chromium cannot use its sandbox as root; run crawld as a user "
                 "(systemd/crawld.service does) or set sandbox = false"

@@ -134,7 +134,9 @@ CHOICES = [  # ([crawl.browser] lines, a chromium on PATH, crawld's uid, what it
     ("", True, 1000, ("auto", True, ON_PATH, None)),
     ('enabled = "auto"', True, 1000, ("auto", True, ON_PATH, None)),
     ('enabled = "auto"', False, 1000, ("auto", False, None, "no browser found (none of")),
-    ('enabled = "auto"', True, 0, ("auto", False, ON_PATH, "cannot use its sandbox as root")),
+    ('enabled = "auto"', True, 0, ("auto", True, ON_PATH, None)),  # sandbox "auto": off as root
+    ('enabled = "auto"\nsandbox = true', True, 0,
+     ("auto", False, ON_PATH, "cannot use its sandbox as root")),
     ('enabled = "auto"\nsandbox = false', True, 0, ("auto", True, ON_PATH, None)),
     ('enabled = "auto"\nexecutable = "/nonexistent/chromium"', True, 1000,
      ("auto", False, None, "no browser found ('/nonexistent/chromium')")),
@@ -142,7 +144,8 @@ CHOICES = [  # ([crawl.browser] lines, a chromium on PATH, crawld's uid, what it
     ("enabled = true", False, 1000, "no browser found (none of chromium, chromium-headless-shell,"
      " chromium-browser, google-chrome is on PATH); install Debian's chromium (apt-get install"
      " chromium) or set [crawl.browser] enabled = false - at `$.crawl.browser.enabled`"),
-    ("enabled = true", True, 0, "- at `$.crawl.browser.sandbox`"),
+    ("enabled = true", True, 0, ("on", True, ON_PATH, None)),
+    ("enabled = true\nsandbox = true", True, 0, "- at `$.crawl.browser.sandbox`"),
     ("enabled = false", False, 0, ("off", False, None, "enabled = false")),
     ('enabled = "yes"', True, 1000, "- at `$.crawl.browser.enabled`"),
 ]  # fmt: skip
@@ -175,6 +178,8 @@ def test_what_enabled_comes_to_on_this_machine(
     assert (choice.mode, choice.enabled) == (mode, enabled)
     assert choice.binary == (str(tmp_path / "chromium") if binary == ON_PATH else binary)
     assert (choice.reason is None) if reason is None else reason in str(choice.reason)
+    if choice.enabled:  # the sandbox is used unless "auto" meets root, or it is off
+        assert choice.sandbox is (uid != 0 and "sandbox = false" not in lines)
     assert ("binary" in choice.status(), "reason" in choice.status()) == (
         choice.binary is not None, choice.reason is not None)  # fmt: skip
 

@@ -89,9 +89,8 @@ class TestDisabled:
 class TestChromiumInstalled:
     @pytest.fixture
     def crawl_config(self) -> str:
-        need_chromium()
-        sandbox = "" if os.geteuid() != 0 else "[crawl.browser]\nsandbox = false\n"
-        return AUTO.replace('page_timeout = "5s"', 'page_timeout = "15s"') + sandbox
+        need_chromium()  # no [crawl.browser] line: the shipped defaults, as a user or as root
+        return AUTO.replace('page_timeout = "5s"', 'page_timeout = "15s"')
 
     async def test_auto_uses_it_without_a_config_edit(
         self, client: httpx.AsyncClient, site: SiteSim
@@ -100,6 +99,7 @@ class TestChromiumInstalled:
         assert browser["mode"] == "auto" and browser["enabled"] is True
         assert browser["binary"] == need_chromium() and browser["pid"]
         assert "reason" not in browser
+        assert browser["sandbox"] is (os.geteuid() != 0)
         body = {"url": site.url("/pages/1"), "formats": ["markdown", "screenshot"]}
         shot = await client.post("/v2/scrape", json=body)
         assert shot.status_code == 200, shot.text

@@ -412,7 +412,7 @@ class BrowserPool:
                     try:
                         browser = await launch(
                             self.executable, self._closed_port(),
-                            sandbox=self.config.sandbox, nursery=nursery, serial=serial,
+                            sandbox=self.config.use_sandbox(), nursery=nursery, serial=serial,
                         )  # fmt: skip
                     except BrowserUnavailable as exc:
                         self.last_error = str(exc)

@@ -159,6 +159,10 @@ class CrawlService:
                 await self.proxy.run(task_status=task_status)
 
         await nursery.start(run_proxy)
+        if self.browser_choice.sandbox is False:
+            log.warning("Chromium runs without its sandbox ([crawl.browser] sandbox ="
+                        f" {self.config.browser.sandbox!r}; as root it cannot use it):"
+                        " run crawld as a user to have it")  # fmt: skip
         try:
             await nursery.start(self.browser.run)
         except (BrowserUnavailable, BaseExceptionGroup) as failure:  # the pool's nursery wraps it
