@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import trio
@@ -34,6 +34,9 @@ searches = Counter(
 )
 
 CATEGORIES = frozenset({"github", "research", "pdf"})
+CLOUD_SOURCES = frozenset({"alexandria"})
+"""Firecrawl cloud sources crawld accepts beside a web/news/images one and ignores (warning):
+firecrawl-mcp with an API key asks for Alexandria, its cloud tool catalogue, on every search."""
 MAX_QUERY = 1000
 MAX_DOMAINS = 50
 NOT_CONFIGURED = (
@@ -62,7 +65,8 @@ class SearchRequest(msgspec.Struct, kw_only=True):
     highlights: bool | None = None
     enterprise: list[str] | None = None
     domainTools: bool | None = None
-    toolDetail: str | None = None
+    toolDetail: Literal["compact", "summary", "full"] | None = None
+    """Detail of Alexandria tool matches: accepted, nothing to detail (see CLOUD_SOURCES)."""
     threatProtection: dict[str, Any] | None = None
     origin: str | None = None
     integration: str | None = None
@@ -127,10 +131,12 @@ def parse_search(
         problems.append(problem("$.limit", "between 1 and 100"))
     if not 1000 <= request.timeout <= 300_000:
         problems.append(problem("$.timeout", "milliseconds between 1000 and 300000"))
-    sources, more = _types(request.sources, "$.sources", frozenset(SOURCES))
+    sources, more = _types(request.sources, "$.sources", frozenset(SOURCES) | CLOUD_SOURCES)
     problems += more
+    cloud = [s for s in sources if s in CLOUD_SOURCES]
+    sources = [s for s in sources if s not in CLOUD_SOURCES]
     if not sources and not more:
-        problems.append(problem("$.sources", "at least one of web, news, images"))
+        problems.append(_no_searchable_source(request.sources))
     categories, more = _types(request.categories, "$.categories", CATEGORIES)
     problems += more
     include, more = _domains(request.includeDomains, "$.includeDomains")
@@ -140,9 +146,8 @@ def parse_search(
     if include and exclude:
         both = "includeDomains and excludeDomains cannot both be given"
         problems.append(problem("$.includeDomains", both))
-    for key in ("domainTools", "highlights"):
-        if getattr(request, key):
-            problems.append(problem(f"$.{key}", f"{key} is not supported by crawld"))
+    if request.highlights:
+        problems.append(problem("$.highlights", "highlights is not supported by crawld"))
     if request.enterprise:
         problems.append(problem("$.enterprise", "enterprise search is not offered by crawld"))
     if request.threatProtection:
@@ -158,10 +163,33 @@ def parse_search(
         categories=tuple(categories), location=request.location,
     )  # fmt: skip
     said = [*warnings(query), *([warning] if warning else [])]
+    if ignored := _cloud_warning(cloud, bool(request.domainTools)):
+        said.append(ignored)
     if request.filter:
         said.append("filter is not sent to SearXNG: ignored")
     return ParsedSearch(query=query, options=options, timeout_s=request.timeout / 1000,
                         warning=" ".join(said))  # fmt: skip
+
+
+def _no_searchable_source(values: list[str | dict[str, Any]]) -> dict[str, Any]:
+    """The problem of a search whose sources are only cloud ones (or none)."""
+    for i, value in enumerate(values):
+        name = value.get("type") if isinstance(value, dict) else value
+        if name in CLOUD_SOURCES:
+            return problem(f"$.sources[{i}]", f"{name} is Firecrawl's cloud tool catalogue, not"
+                           " served by crawld: give web, news or images (beside one of them,"
+                           f" {name} is ignored)")  # fmt: skip
+    return problem("$.sources", "at least one of web, news, images")
+
+
+def _cloud_warning(cloud: list[str], domain_tools: bool) -> str:
+    """What a search asked of Firecrawl's cloud catalogue and got nothing for."""
+    asked = [f"source {name!r}" for name in cloud] + (["domainTools"] if domain_tools else [])
+    if not asked:
+        return ""
+    verb = "are" if len(asked) > 1 else "is"
+    return (f"Firecrawl's cloud tool catalogue (Alexandria) is not served by crawld:"
+            f" {' and '.join(asked)} {verb} ignored and the answer has no `tools`")  # fmt: skip
 
 
 def _scrape_options(
