@@ -124,9 +124,11 @@ async def batch_started(
 
 
 async def mapped(
-    service: CrawlService, parsed: models.MapRequest, answer: Callable[[list[str]], Any]
+    service: CrawlService,
+    parsed: models.MapRequest,
+    answer: Callable[[list[responses.MapLink]], Any],
 ) -> Response:
-    """Map a site (counted in `maps`) and answer `answer(urls)`; 408 MAP_TIMEOUT."""
+    """Map a site (counted in `maps`) and answer `answer(links)`; 408 MAP_TIMEOUT."""
     try:
         urls = await service.map(parsed)
     except MapTimeout as exc:
@@ -188,8 +190,9 @@ class CrawlHandlers:
             parsed = models.parse_map(await request_body(request))
         except BadRequest as exc:
             return bad_request(exc)
-        return await mapped(self.service, parsed, lambda urls: responses.MapResponse(
-            success=True, links=[responses.MapLink(url=u) for u in urls]))  # fmt: skip
+        return await mapped(
+            self.service, parsed, lambda links: responses.MapResponse(success=True, links=links)
+        )
 
     async def active(self, request: Request) -> Response:
         rows = await self.service.active_crawls()
