@@ -64,4 +64,4 @@ async def test_firecrawl_mcp_searches_through_crawld(
     assert done.returncode == 0 and summary.get("fail") == "0", out[-6000:] + done.stderr.decode()
     assert summary["pass"] == str(TESTS["key" if api_key else "no-key"]), out[-3000:]
     searched = [r for r in searxng.requests if r.get("q") == "nurseries"]
-    assert searched and {r["categories"] for r in searched} <= {"general", "news"}
+    assert searched and {r["categories"] for r in searched} <= {"general", "general,it", "news"}

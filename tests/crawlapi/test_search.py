@@ -182,7 +182,9 @@ async def test_firecrawls_cloud_catalogue_is_ignored_with_a_warning(
         ({"query": "q", "sources": [{"type": "alexandria"}]}, "$.sources[0]"),
         ({"query": "q", "sources": ["alexandria", "video"]}, "$.sources[1]"),
         ({"query": "q", "toolDetail": "all"}, "$.toolDetail"),
-        ({"query": "q", "categories": ["gov"]}, "$.categories[0]"),
+        ({"query": "q", "categories": ["video"]}, "$.categories[0]"),
+        ({"query": "q", "categories": ["developer", "pdf"]}, "$.categories"),
+        ({"query": "q", "categories": ["research", "gov"]}, "$.categories"),
         (
             {"query": "q", "includeDomains": ["a.org"], "excludeDomains": ["b.org"]},
             "$.includeDomains",

@@ -37,10 +37,17 @@ test("firecrawl_search with the MCP's own defaults finds web results", async () 
   else assert.equal(found.warning, undefined);
 });
 
-test("firecrawl_search with the sources the model names", async () => {
-  const found = await search({ query: "nurseries", limit: 2, sources: [{ type: "web" }, { type: "news" }] });
+test("firecrawl_search with the sources and the category the model names", async () => {
+  // The MCP tells models to add categories: ["developer"] to programming questions.
+  const found = await search({ query: "nurseries", limit: 2, sources: [{ type: "web" }, { type: "news" }],
+                               categories: ["developer"] });
   assert.equal(found.success, true);
   assert.equal(found.data.news.length, 2);
+  assert.equal(found.data.web.length, 2);
+  for (const item of found.data.web) {
+    assert.equal(new URL(item.url).host, "github.com");
+    assert.equal(item.category, "developer");
+  }
   assert.equal(found.warning, undefined);
 });
 

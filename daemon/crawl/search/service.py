@@ -4,6 +4,8 @@
 # SSRF guard, robots-free as Firecrawl's scrape, the same document formats). One deadline, the
 # request's `timeout`, covers the search and its scrapes; a result that cannot be scraped keeps
 # its search fields and is named in the answer's `warning`, so one bad page never fails a search.
+# Highlights (on unless `highlights: false`) then replace the snippets with passages of the pages
+# (daemon/crawl/search/highlights.py).
 from __future__ import annotations
 
 import uuid
@@ -18,6 +20,7 @@ from daemon.crawl.options import models
 from daemon.crawl.options.models import ScrapeOptions, ScrapeRequest
 from daemon.crawl.problems import BadRequest, converted, json_object, problem, unknown_keys
 from daemon.crawl.runs.service import CrawlService
+from daemon.crawl.search.highlights import Highlighter
 from daemon.logs import get_logger
 from daemon.metrics import REGISTRY
 from daemon.redact import redact_url
@@ -33,7 +36,9 @@ searches = Counter(
     registry=REGISTRY,
 )
 
-CATEGORIES = frozenset({"github", "research", "pdf"})
+CATEGORIES = frozenset({"github", "research", "pdf", "developer", "gov"})
+ALONE_CATEGORIES = frozenset({"developer", "gov"})
+"""Categories that cannot be combined with another (Firecrawl's rule: each is its own index)."""
 CLOUD_SOURCES = frozenset({"alexandria"})
 """Firecrawl cloud sources crawld accepts beside a web/news/images one and ignores (warning):
 firecrawl-mcp with an API key asks for Alexandria, its cloud tool catalogue, on every search."""
@@ -79,6 +84,9 @@ class ParsedSearch(msgspec.Struct, kw_only=True):
     """Scrape options with at least one format; None: results are not scraped."""
     timeout_s: float
     warning: str = ""
+    highlights: bool = True
+    """Replace web descriptions and news snippets with passages of their pages (Firecrawl's
+    default)."""
 
 
 def _types(values: list[str | dict[str, Any]], path: str, allowed: frozenset[str]) -> tuple[
@@ -139,6 +147,10 @@ def parse_search(
         problems.append(_no_searchable_source(request.sources))
     categories, more = _types(request.categories, "$.categories", CATEGORIES)
     problems += more
+    if len(categories) > 1 and (alone := ALONE_CATEGORIES.intersection(categories)):
+        name = sorted(alone)[0]
+        problems.append(problem("$.categories", f"{name!r} cannot be combined with other"
+                                " categories"))  # fmt: skip
     include, more = _domains(request.includeDomains, "$.includeDomains")
     problems += more
     exclude, more = _domains(request.excludeDomains, "$.excludeDomains")
@@ -146,8 +158,6 @@ def parse_search(
     if include and exclude:
         both = "includeDomains and excludeDomains cannot both be given"
         problems.append(problem("$.includeDomains", both))
-    if request.highlights:
-        problems.append(problem("$.highlights", "highlights is not supported by crawld"))
     if request.enterprise:
         problems.append(problem("$.enterprise", "enterprise search is not offered by crawld"))
     if request.threatProtection:
@@ -168,7 +178,8 @@ def parse_search(
     if request.filter:
         said.append("filter is not sent to SearXNG: ignored")
     return ParsedSearch(query=query, options=options, timeout_s=request.timeout / 1000,
-                        warning=" ".join(said))  # fmt: skip
+                        warning=" ".join(said),
+                        highlights=request.highlights is not False)  # fmt: skip
 
 
 def _no_searchable_source(values: list[str | dict[str, Any]]) -> dict[str, Any]:
@@ -217,11 +228,13 @@ class SearchService:
         self.config = config
         self.client: SearxngClient | None = SearxngClient(config) if config.enabled else None
         self.counts = {"ok": 0, "failed": 0, "results": 0, "scraped": 0, "scrape_failed": 0}
+        self.highlighter = Highlighter(crawl, config)
 
     def configure(self, config: SearchConfig) -> None:
         """A reload: searches started from now on use `config`."""
         self.config = config
         self.client = SearxngClient(config) if config.enabled else None
+        self.highlighter.config = config
 
     @property
     def enabled(self) -> bool:
@@ -240,11 +253,22 @@ class SearchService:
             searches.labels(exc.code).inc()
             raise
         said = [parsed.warning] if parsed.warning else []
-        if parsed.options is not None:
-            failed = await self._scrape_all(data, parsed.options, deadline)
+        options, added = parsed.options, False
+        if parsed.highlights:
+            options, added = _with_markdown(parsed.options)
+        if options is not None:
+            failed = await self._scrape_all(data, options, deadline)
             if failed:
                 listed = "; ".join(failed[:5])
                 said.append(f"{len(failed)} result(s) could not be scraped: {listed}")
+        if parsed.highlights and options is not None:
+            await self.highlighter.from_scraped(data, parsed.query.query)
+        elif parsed.highlights:
+            await self.highlighter.by_reading(data, parsed.query.query, deadline)
+        if added:
+            for items in data.values():
+                for item in items:
+                    item.pop("markdown", None)
         self.counts["ok"] += 1
         self.counts["results"] += sum(len(items) for items in data.values())
         searches.labels("ok").inc()
@@ -287,5 +311,18 @@ class SearchService:
             "enabled": self.enabled,
             "provider": self.config.provider,
             "base_url": redact_url(self.config.base_url) if self.enabled else None,
+            "highlights": self.config.highlights,
             **self.counts,
+            **self.highlighter.counts,
         }
+
+
+def _with_markdown(options: ScrapeOptions | None) -> tuple[ScrapeOptions | None, bool]:
+    """Scrape options that also give markdown (what highlights read), and whether it was added
+    (then it is dropped from the results after)."""
+    if options is None:
+        return None, False
+    names = {f if isinstance(f, str) else f.get("type") for f in options.formats}
+    if "markdown" in names:
+        return options, False
+    return msgspec.structs.replace(options, formats=[*options.formats, "markdown"]), True
