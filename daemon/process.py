@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from daemon.collector.service import Collector
     from daemon.crawl.agent.service import AgentService
     from daemon.crawl.extract.service import ExtractService
+    from daemon.crawl.prompts.service import CrawlPrompts
     from daemon.crawl.runs.service import CrawlService
     from daemon.crawl.search.service import SearchService
     from daemon.jobs.manager import JobManager
@@ -47,6 +48,7 @@ class Parts(TypedDict, total=False):
     queue: RowQueue
     tracker: TrackerService
     crawl: CrawlService
+    crawl_prompts: CrawlPrompts
     search: SearchService
     extract: ExtractService
     agent: AgentService

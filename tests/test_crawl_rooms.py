@@ -28,6 +28,7 @@ ROOMS = [
     "options",  # what clients send and get back, parsed and checked
     "v1",  # v1 requests as v2's
     "runs",  # the crawl service, a page's pipeline, crawls, batches, maps, their store
+    "prompts",  # crawl options from a prompt (params-preview, crawl `prompt`)
     "search",  # /v2/search
     "extract",  # /v2/extract jobs
     "agent",  # /v2/agent jobs: search, read, choose, answer

@@ -21,6 +21,7 @@ from daemon.crawl.fetching.fetch import FetchError
 from daemon.crawl.metrics import maps, scrapes
 from daemon.crawl.options import models, responses
 from daemon.crawl.problems import BadRequest
+from daemon.crawl.prompts.service import NOT_CONFIGURED, PROMPT_ERRORS, CrawlPrompts, PromptError
 from daemon.crawl.runs.mapper import MapTimeout
 from daemon.crawl.runs.service import CrawlService
 from daemon.jobs.types import JobFinished, JobNotFound
@@ -97,13 +98,19 @@ async def scraped(
 
 
 async def crawl_started(
-    service: CrawlService, request: Request, plan: models.CrawlPlan, key: str | None, path: str
+    service: CrawlService,
+    request: Request,
+    plan: models.CrawlPlan,
+    key: str | None,
+    path: str,
+    **extra: Any,
 ) -> Response:
-    """Start `plan` and answer `{success, id, url}`; its status is read at `path/{id}`."""
+    """Start `plan` and answer `{success, id, url}` (and `extra`: a prompt's options); its
+    status is read at `path/{id}`."""
     job_id = await service.start_crawl(plan, key)
     return json(models.StartResponse(success=True, id=job_id,
                                      url=job_url(request, f"{path}/{job_id}"),
-                                     warning=plan.warning or None))  # fmt: skip
+                                     warning=plan.warning or None, **extra))  # fmt: skip
 
 
 async def batch_started(
@@ -124,9 +131,11 @@ async def batch_started(
 
 
 async def mapped(
-    service: CrawlService, parsed: models.MapRequest, answer: Callable[[list[str]], Any]
+    service: CrawlService,
+    parsed: models.MapRequest,
+    answer: Callable[[list[responses.MapLink]], Any],
 ) -> Response:
-    """Map a site (counted in `maps`) and answer `answer(urls)`; 408 MAP_TIMEOUT."""
+    """Map a site (counted in `maps`) and answer `answer(links)`; 408 MAP_TIMEOUT."""
     try:
         urls = await service.map(parsed)
     except MapTimeout as exc:
@@ -137,10 +146,11 @@ async def mapped(
 
 
 class CrawlHandlers:
-    """The handlers of the v2 crawl routes, over one CrawlService."""
+    """The handlers of the v2 crawl routes, over one CrawlService (and the crawl prompts)."""
 
-    def __init__(self, service: CrawlService) -> None:
+    def __init__(self, service: CrawlService, prompts: CrawlPrompts | None = None) -> None:
         self.service = service
+        self.prompts = prompts
 
     async def scrape(self, request: Request) -> Response:
         try:
@@ -154,19 +164,33 @@ class CrawlHandlers:
             return bad_request(exc)
         return await scraped(self.service, parsed)
 
+    def _parse_crawl(self, body: bytes) -> models.CrawlPlan:
+        return models.parse_crawl(
+            body,
+            default_limit=self.service.config.default_limit,
+            browser=self.service.browser is not None,
+            llm=self.service.llm,
+            stealth=self.service.stealth_proxies,
+        )
+
     async def start_crawl(self, request: Request) -> Response:
         try:
-            plan = models.parse_crawl(
-                await request_body(request),
-                default_limit=self.service.config.default_limit,
-                browser=self.service.browser is not None,
-                llm=self.service.llm,
-                stealth=self.service.stealth_proxies,
-            )
+            body = await request_body(request)
+            plan = self._parse_crawl(body)
             key = idempotency_key(request)
         except BadRequest as exc:
             return bad_request(exc)
-        return await crawl_started(self.service, request, plan, key, "/v2/crawl")
+        if not plan.request.prompt:
+            return await crawl_started(self.service, request, plan, key, "/v2/crawl")
+        if self.prompts is None:
+            return firecrawl_error(403, NOT_CONFIGURED, "LLM_NOT_CONFIGURED")
+        try:
+            plan, generated = await self.prompts.plan(body, plan, self._parse_crawl)
+        except PromptError as exc:
+            return firecrawl_error(exc.status, exc.message, exc.code)
+        return await crawl_started(self.service, request, plan, key, "/v2/crawl",
+                                   promptGeneratedOptions=generated,
+                                   finalCrawlerOptions=models.public_options(plan))  # fmt: skip
 
     async def start_batch(self, request: Request) -> Response:
         try:
@@ -188,8 +212,9 @@ class CrawlHandlers:
             parsed = models.parse_map(await request_body(request))
         except BadRequest as exc:
             return bad_request(exc)
-        return await mapped(self.service, parsed, lambda urls: responses.MapResponse(
-            success=True, links=[responses.MapLink(url=u) for u in urls]))  # fmt: skip
+        return await mapped(
+            self.service, parsed, lambda links: responses.MapResponse(success=True, links=links)
+        )
 
     async def active(self, request: Request) -> Response:
         rows = await self.service.active_crawls()
@@ -251,8 +276,8 @@ class CrawlHandlers:
         ))  # fmt: skip
 
 
-def routes(service: CrawlService) -> list[ApiRoute]:
-    h = CrawlHandlers(service)
+def routes(service: CrawlService, prompts: CrawlPrompts | None = None) -> list[ApiRoute]:
+    h = CrawlHandlers(service, prompts)
     crawl_errors = {400: "Bad Request: unknown keys, invalid values, unsupported options"}
     return [
         ApiRoute("POST", "/v2/scrape", h.scrape,
@@ -267,8 +292,11 @@ def routes(service: CrawlService) -> list[ApiRoute]:
         ApiRoute("GET", "/v2/crawl/ongoing", h.active, "Alias of /v2/crawl/active",
                  response=responses.ActiveCrawls),
         ApiRoute("POST", "/v2/crawl", h.start_crawl,
-                 "Start a crawl; poll GET /v2/crawl/{id} (header x-idempotency-key honoured)",
-                 body=models.CrawlRequest, response=models.StartResponse, errors=crawl_errors),
+                 "Start a crawl; poll GET /v2/crawl/{id} (header x-idempotency-key honoured);"
+                 " with `prompt`, options generated from it ([llm]) under the request's own",
+                 body=models.CrawlRequest, response=models.StartResponse,
+                 errors={**PROMPT_ERRORS,
+                         400: f"{crawl_errors[400]}; with `prompt`, {PROMPT_ERRORS[400]}"}),
         ApiRoute("POST", "/v2/batch/scrape", h.start_batch,
                  "Start a batch scrape, or add URLs to one (appendToId)",
                  response=models.StartResponse,

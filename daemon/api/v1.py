@@ -123,7 +123,9 @@ class V1Handlers:
         except BadRequest as exc:
             return bad_request(exc)
         return await mapped(
-            self.service, parsed, lambda urls: V1MapResponse(success=True, links=urls)
+            self.service,
+            parsed,
+            lambda links: V1MapResponse(success=True, links=[link.url for link in links]),
         )
 
     async def search_(self, request: Request) -> Response:

@@ -7,7 +7,7 @@
 # scrapes the results. /v2/extract jobs run on the same engine (daemon/crawl/extract/service.py)
 # with the LLM service, and so do /v2/agent jobs (daemon/crawl/agent/service.py), which search
 # through the same [search] provider. The document cache is pruned by its own task and emptied by
-# prefix through DELETE /v2/cache.
+# prefix through DELETE /v2/cache. Crawl prompts (daemon/crawl/prompts/) read the LLM service too.
 from __future__ import annotations
 
 from typing import Any
@@ -31,10 +31,12 @@ def install(daemon: Daemon) -> None:
     from daemon.api import cache as cache_api
     from daemon.api import crawl as crawl_api
     from daemon.api import extract as extract_api
+    from daemon.api import prompts as prompts_api
     from daemon.api import search as search_api
     from daemon.api import v1 as v1_api
     from daemon.crawl.agent.service import AgentService
     from daemon.crawl.extract.service import ExtractService
+    from daemon.crawl.prompts.service import CrawlPrompts
 
     cfg = daemon.config.crawl
     if not cfg.enabled:
@@ -42,6 +44,8 @@ def install(daemon: Daemon) -> None:
     assert daemon.store is not None and daemon.jobs is not None
     service = CrawlService(cfg, daemon.store, daemon.jobs, cluster=daemon.cluster, llm=daemon.llm)
     daemon.parts["crawl"] = service
+    prompts = CrawlPrompts(service, daemon.llm)
+    daemon.parts["crawl_prompts"] = prompts
     search = SearchService(service, daemon.config.search)
     daemon.parts["search"] = search
     extract = ExtractService(service, daemon.llm, search)
@@ -54,7 +58,8 @@ def install(daemon: Daemon) -> None:
 
     async def crawl_section() -> dict[str, Any]:
         return {**await service.status(), "search": search.status(),
-                "extract": extract.status(), "agent": agent.status()}  # fmt: skip
+                "extract": extract.status(), "agent": agent.status(),
+                "prompts": prompts.status()}  # fmt: skip
 
     async def on_reload(old: Config, new: Config, change: ConfigDiff) -> None:
         if new.crawl.enabled and (
@@ -91,7 +96,8 @@ def install(daemon: Daemon) -> None:
     daemon.add_component("extract", run_extract)
     daemon.add_component("agent", run_agent)
     daemon.routes[:0] = (
-        crawl_api.routes(service) + search_api.routes(search) + v1_api.routes(service, search)
+        crawl_api.routes(service, prompts) + prompts_api.routes(prompts)
+        + search_api.routes(search) + v1_api.routes(service, search)
         + extract_api.routes(extract) + agent_api.routes(agent) + cache_api.routes(service.cache)
     )  # fmt: skip
     daemon.jobs.add_canceller(service.cancel)

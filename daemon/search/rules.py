@@ -2,6 +2,12 @@
 # parameters a Firecrawl search becomes, how SearXNG's results become Firecrawl's `web`, `news`
 # and `images` items, and which results a domain filter keeps. What SearXNG cannot take
 # (`location`, a custom `tbs` range) is reported as a warning, never dropped silently.
+#
+# Categories narrow the web results only (as Firecrawl's): each of github, research, developer and
+# gov is a list of sites a result must be on (any requested category admits a result, which then
+# carries its `category`), some with a query operator that helps the engines find them; pdf adds
+# `filetype:pdf`. developer also asks SearXNG's "it" engines (its GitHub, Stack Overflow, package
+# index and documentation engines) beside the general ones.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -21,6 +27,32 @@ RESEARCH_SITES = (
     "semanticscholar.org", "jstor.org", "plos.org", "ncbi.nlm.nih.gov",
 )  # fmt: skip
 """Sites the `research` category keeps (Firecrawl's list of academic sites, as its SDK says)."""
+
+DEVELOPER_SITES = (
+    "github.com", "gitlab.com", "codeberg.org", "bitbucket.org", "sourceforge.net",
+    "stackoverflow.com", "stackexchange.com", "serverfault.com", "superuser.com", "askubuntu.com",
+    "readthedocs.io", "readthedocs.org", "docs.rs", "crates.io", "pkg.go.dev", "pypi.org",
+    "npmjs.com", "developer.mozilla.org", "docs.python.org", "learn.microsoft.com",
+    "developer.apple.com", "developer.android.com", "hub.docker.com", "wiki.archlinux.org",
+)  # fmt: skip
+"""Sites the `developer` category keeps: code hosts (issues, pull requests, READMEs), Q&A sites,
+package indexes and documentation sites, in place of Firecrawl's developer index."""
+
+GOV_DOMAINS = ("gov", "mil", "fed.us")
+"""Domains the `gov` category keeps: US government sites, in place of Firecrawl's government
+index (which is about US material too)."""
+
+HOST_CATEGORIES: dict[str, tuple[str, ...]] = {
+    "github": ("github.com",),
+    "research": RESEARCH_SITES,
+    "developer": DEVELOPER_SITES,
+    "gov": GOV_DOMAINS,
+}
+"""The categories that keep web results on some sites only."""
+QUERY_OPERATORS = {"github": "site:github.com", "gov": "site:gov", "pdf": "filetype:pdf"}
+"""What a category adds to the web query (engines that know the operator search those only)."""
+EXTRA_SEARXNG_CATEGORIES = {"developer": "it"}
+"""SearXNG categories a category asks besides the source's own."""
 
 Item = dict[str, Any]
 
@@ -74,16 +106,25 @@ def warnings(q: SearchQuery) -> list[str]:
     return out
 
 
-def query_text(q: SearchQuery) -> str:
-    """The query sent: with `site:` for one included domain and `filetype:pdf` for `pdf`."""
+def query_text(q: SearchQuery, source: str = "web") -> str:
+    """The query sent: with `site:` for one included domain and, for web, the categories'
+    operators (QUERY_OPERATORS)."""
     text = q.query.strip()
     if len(q.include_domains) == 1:
         text += f" site:{q.include_domains[0]}"
-    if "github" in q.categories:
-        text += " site:github.com"
-    if "pdf" in q.categories:
-        text += " filetype:pdf"
+    if source == "web":
+        text += "".join(f" {QUERY_OPERATORS[c]}" for c in q.categories if c in QUERY_OPERATORS)
     return text
+
+
+def searxng_categories(q: SearchQuery, source: str) -> str:
+    """SearXNG's `categories` for one source: its own, and for web those the categories add."""
+    names = [CATEGORY_OF_SOURCE[source]]
+    if source == "web":
+        names += [
+            EXTRA_SEARXNG_CATEGORIES[c] for c in q.categories if c in EXTRA_SEARXNG_CATEGORIES
+        ]
+    return ",".join(dict.fromkeys(names))
 
 
 def language(q: SearchQuery) -> str:
@@ -97,10 +138,10 @@ def language(q: SearchQuery) -> str:
 def params(q: SearchQuery, source: str, pageno: int, engines: list[str]) -> dict[str, str]:
     """The query string of one SearXNG `/search` request."""
     out = {
-        "q": query_text(q),
+        "q": query_text(q, source),
         "format": "json",
         "pageno": str(pageno),
-        "categories": CATEGORY_OF_SOURCE[source],
+        "categories": searxng_categories(q, source),
         "language": language(q),
         "safesearch": "2" if q.safe else "0",
     }
@@ -122,8 +163,16 @@ def _under(host: str, domains: tuple[str, ...]) -> bool:
     return any(host == d or host.endswith("." + d) for d in domains)
 
 
-def allowed(url: str, q: SearchQuery) -> bool:
-    """Whether a result's URL passes the request's domain filters and categories."""
+def category_of(host: str, categories: tuple[str, ...]) -> str | None:
+    """The first of `categories` whose sites hold `host` (None: none does)."""
+    for name in categories:
+        if name in HOST_CATEGORIES and _under(host, HOST_CATEGORIES[name]):
+            return name
+    return None
+
+
+def allowed(url: str, q: SearchQuery, source: str = "web") -> bool:
+    """Whether a result's URL passes the request's domain filters and, for web, categories."""
     host = host_of(url)
     if not host:
         return False
@@ -133,9 +182,9 @@ def allowed(url: str, q: SearchQuery) -> bool:
         return False
     if exclude and _under(host, exclude):
         return False
-    if "github" in q.categories and not _under(host, ("github.com",)):
-        return False
-    return not ("research" in q.categories and not _under(host, RESEARCH_SITES))
+    if source != "web" or not any(c in HOST_CATEGORIES for c in q.categories):
+        return True
+    return category_of(host, q.categories) is not None
 
 
 def _text(value: Any) -> str | None:
@@ -188,9 +237,11 @@ def add_page(hit: Hit, results: Any, q: SearchQuery) -> int:
         if mapped is None:
             continue
         url, item = mapped
-        if url in hit.seen or not allowed(url, q):
+        if url in hit.seen or not allowed(url, q, hit.source):
             continue
         hit.seen.add(url)
+        if hit.source == "web" and (category := category_of(host_of(url), q.categories)):
+            item["category"] = category
         item["position"] = len(hit.items) + 1
         hit.items.append(item)
     return len(results)

@@ -18,7 +18,6 @@ from firecrawl.v2.utils.error_handler import BadRequestError
 
 from daemon.app import Daemon
 from daemon.crawl.llmwork.rules import collapse
-from daemon.crawl.options.models import CRAWL_PROMPT_REFUSAL
 from daemon.fakes.openai_compat import OpenAICompatService
 from daemon.fakes.searxng import SearxngSim
 from daemon.fakes.site import SiteSim
@@ -233,9 +232,6 @@ async def test_one_answer_per_request_and_true_refusals(client: httpx.AsyncClien
     ):  # fmt: skip
         answer = await client.post("/v2/scrape", json={"url": url, **body})
         assert answer.json()["details"] == [{"path": path, "message": text}]
-    crawl = await client.post("/v2/crawl", json={"url": url, "prompt": "only the blog"})
-    assert crawl.json()["details"] == [{"path": "$.prompt", "message": CRAWL_PROMPT_REFUSAL}]
-    assert "crawld has none" not in crawl.text
 
 
 async def test_a_failing_model_leaves_a_warning(client: httpx.AsyncClient, site: SiteSim,

@@ -99,6 +99,21 @@ async def test_map(fc: Firecrawl, sdk: Any, site: SiteSim) -> None:
     assert {link.url for link in found.links} == set(site.orphan_urls())
 
 
+async def test_map_links_carry_the_titles_of_the_pages_read(
+    fc: Firecrawl, sdk: Any, client: httpx.AsyncClient, site: SiteSim
+) -> None:
+    links = {link.url: link for link in (await sdk(fc.map, site.url("/"), sitemap="skip")).links}
+    assert links[site.url("/")].title == "Home"  # the start page is always read
+    page = links[site.url("/pages/0")]  # read for its links (sitemap skipped)
+    assert (page.title, page.description) == ("Page 0", "Generated page 0")
+    deeper = links[site.url("/pages/3")]  # only linked from a page read: never read itself
+    assert deeper.title is None and deeper.description is None
+    raw = (await client.post("/v2/map", json={"url": site.url("/"), "sitemap": "only"})).json()
+    assert all(set(link) == {"url"} for link in raw["links"])  # sitemaps name no titles
+    v1 = (await client.post("/v1/map", json={"url": site.url("/"), "limit": 3})).json()
+    assert all(isinstance(link, str) for link in v1["links"])  # v1: URLs only, as before
+
+
 async def test_map_timeout(fc: Firecrawl, sdk: Any, site: SiteSim) -> None:
     site.slow_seconds = 30
     with pytest.raises(RequestTimeoutError):

@@ -155,6 +155,23 @@ async def test_unreachable_provider_and_search_turned_off(
     assert status["enabled"] is False and status["failed"] >= 2
 
 
+async def test_firecrawls_cloud_catalogue_is_ignored_with_a_warning(
+    client: httpx.AsyncClient, searxng: SearxngSim
+) -> None:
+    # What firecrawl-mcp sends on every search when it holds an API key.
+    response = await client.post("/v2/search", json={
+        "query": "q", "limit": 2, "sources": ["web", "alexandria"], "domainTools": True,
+        "toolDetail": "compact"})  # fmt: skip
+    body = response.json()
+    assert response.status_code == 200 and len(body["data"]["web"]) == 2
+    assert set(body["data"]) == {"web"} and "tools" not in body
+    assert "source 'alexandria' and domainTools are ignored" in body["warning"]
+    assert {r["categories"] for r in searxng.requests} == {"general"}
+    alone = await client.post("/v2/search", json={"query": "q", "sources": ["alexandria"]})
+    assert alone.status_code == 400
+    assert "not served by crawld" in alone.json()["details"][0]["message"]
+
+
 @pytest.mark.parametrize(
     ("body", "path"),
     [
@@ -163,7 +180,11 @@ async def test_unreachable_provider_and_search_turned_off(
         ({"query": "q", "limit": 101}, "$.limit"),
         ({"query": "q", "sources": ["video"]}, "$.sources[0]"),
         ({"query": "q", "sources": [{"type": "alexandria"}]}, "$.sources[0]"),
-        ({"query": "q", "categories": ["gov"]}, "$.categories[0]"),
+        ({"query": "q", "sources": ["alexandria", "video"]}, "$.sources[1]"),
+        ({"query": "q", "toolDetail": "all"}, "$.toolDetail"),
+        ({"query": "q", "categories": ["video"]}, "$.categories[0]"),
+        ({"query": "q", "categories": ["developer", "pdf"]}, "$.categories"),
+        ({"query": "q", "categories": ["research", "gov"]}, "$.categories"),
         (
             {"query": "q", "includeDomains": ["a.org"], "excludeDomains": ["b.org"]},
             "$.includeDomains",

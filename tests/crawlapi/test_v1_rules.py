@@ -87,7 +87,7 @@ def test_search_body() -> None:
                                      "scrapeOptions": {"formats": ["markdown"]}})  # fmt: skip
     assert problems == []
     assert body == {"query": "q", "lang": "en", "country": "us", "origin": "api",
-                    "timeout": 60000, "limit": 5,
+                    "timeout": 60000, "limit": 5, "highlights": False,  # v1 has none
                     "scrapeOptions": {"formats": ["markdown"], "maxAge": 0}}  # fmt: skip
     assert v1.search_body({"query": "q", "scrapeOptions": {}})[0]["scrapeOptions"] == {
         "formats": [],

@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from daemon.search.config import SearchConfig
-from daemon.search.rules import Hit, SearchQuery, add_page, allowed, params, to_item, warnings
+from daemon.search.rules import (
+    Hit,
+    SearchQuery,
+    add_page,
+    allowed,
+    category_of,
+    params,
+    to_item,
+    warnings,
+)
 
 
 def test_params_map_language_time_range_safesearch_and_engines() -> None:
@@ -60,6 +69,57 @@ def test_categories_filter_hosts() -> None:
     assert not allowed("https://blog.test/", SearchQuery(query="q", categories=("research",)))
 
 
+@pytest.mark.parametrize(
+    ("url", "categories", "source", "kept", "category"),
+    [
+        ("https://github.com/x/y/issues/1", ("developer",), "web", True, "developer"),
+        ("https://stackoverflow.com/q/1", ("developer",), "web", True, "developer"),
+        ("https://trio.readthedocs.io/en/", ("developer",), "web", True, "developer"),
+        ("https://docs.rs/trio", ("developer",), "web", True, "developer"),
+        ("https://blog.example.org/", ("developer",), "web", False, None),
+        ("https://www.fda.gov/food", ("gov",), "web", True, "gov"),
+        ("https://www.army.mil/", ("gov",), "web", True, "gov"),
+        ("https://www.fs.fed.us/", ("gov",), "web", True, "gov"),
+        ("https://gov.example.org/", ("gov",), "web", False, None),
+        ("https://www.gov.uk/", ("gov",), "web", False, None),
+        ("https://github.com/a", ("github", "research"), "web", True, "github"),  # any of them
+        ("https://arxiv.org/abs/1", ("github", "research"), "web", True, "research"),
+        ("https://a.org/x.pdf", ("pdf",), "web", True, None),  # pdf: a query operator only
+        ("https://blog.example.org/", ("developer",), "news", True, None),  # web only
+    ],
+)
+def test_categories_keep_their_sites(
+    url: str, categories: tuple[str, ...], source: str, kept: bool, category: str | None
+) -> None:
+    q = SearchQuery(query="q", categories=categories)
+    assert allowed(url, q, source) is kept
+    hit = Hit(source)
+    add_page(hit, [{"url": url, "title": "t"}], q)
+    assert [i.get("category") for i in hit.items] == ([category] if kept else [])
+    if source == "web":
+        host = url.split("/")[2]
+        assert category_of(host, categories) == category
+
+
+@pytest.mark.parametrize(
+    ("categories", "source", "q", "searxng"),
+    [
+        ((), "web", "retries", "general"),
+        (("developer",), "web", "retries", "general,it"),
+        (("developer",), "news", "retries", "news"),
+        (("gov",), "web", "retries site:gov", "general"),
+        (("gov",), "news", "retries", "news"),
+        (("github", "pdf"), "web", "retries site:github.com filetype:pdf", "general"),
+        (("research",), "web", "retries", "general"),
+    ],
+)
+def test_categories_in_the_searxng_request(
+    categories: tuple[str, ...], source: str, q: str, searxng: str
+) -> None:
+    sent = params(SearchQuery(query="retries", categories=categories), source, 1, [])
+    assert (sent["q"], sent["categories"]) == (q, searxng)
+
+
 def test_results_become_firecrawl_items() -> None:
     web = {"url": "https://a.org/", "title": " A ", "content": "about a", "category": "general"}
     assert to_item(web, "web") == ("https://a.org/", {"url": "https://a.org/", "title": "A",
@@ -105,6 +165,8 @@ def test_pages_fill_up_to_the_limit_without_duplicates() -> None:
         ({"max_pages": 0}, "max_pages"),
         ({"scrape_concurrency": 0}, "scrape_concurrency"),
         ({"engines": ["a,b"]}, "engines"),
+        ({"highlight_timeout": 0}, "highlight_timeout"),
+        ({"highlight_pages": 101}, "highlight_pages"),
     ],
 )
 def test_config_checks(fields: dict[str, object], message: str) -> None:

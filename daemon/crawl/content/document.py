@@ -226,6 +226,22 @@ def page_links(result: FetchResult) -> list[str]:
     return _raw_links(tree, result.url)
 
 
+def page_outline(result: FetchResult) -> tuple[list[str], dict[str, str]]:
+    """page_links, and the page's `title` and `description` (its meta description, else its
+    og:description) when it has them, from one parse (what /v2/map says of a page it read)."""
+    if not is_html(result):
+        return [], {}
+    tree = LexborHTMLParser(decode_body(result.body, result.content_type))
+    metadata = extract_metadata(tree, result.url)
+    known = {
+        "title": metadata.get("title") or metadata.get("ogTitle"),
+        "description": metadata.get("description") or metadata.get("ogDescription"),
+    }
+    return _raw_links(tree, result.url), {
+        k: v.strip() for k, v in known.items() if isinstance(v, str) and v.strip()
+    }
+
+
 def _meta_value(existing: Any, value: str) -> str | list[str]:
     if existing is None:
         return value

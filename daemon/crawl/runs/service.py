@@ -27,6 +27,7 @@ from daemon.crawl.fetching.fetch import Resolver
 from daemon.crawl.fetching.proxy import VettingProxy
 from daemon.crawl.options.batch import batch_candidates
 from daemon.crawl.options.models import BatchPlan, CrawlPlan, MapRequest, ScrapeRequest
+from daemon.crawl.options.responses import MapLink
 from daemon.crawl.rendering.browser import BrowserPool, BrowserUnavailable
 from daemon.crawl.runs import store as crawlstore
 from daemon.crawl.runs.crawler import JobRun
@@ -292,7 +293,7 @@ class CrawlService:
         engine.last_success_ms = self.clock_ms()
         return produced.document
 
-    async def map(self, request: MapRequest) -> list[str]:
+    async def map(self, request: MapRequest) -> list[MapLink]:
         return await map_site(self.engine.fetcher, request)
 
     # -- readers ---------------------------------------------------------------------------

@@ -4,10 +4,12 @@
 # SSRF guard, robots-free as Firecrawl's scrape, the same document formats). One deadline, the
 # request's `timeout`, covers the search and its scrapes; a result that cannot be scraped keeps
 # its search fields and is named in the answer's `warning`, so one bad page never fails a search.
+# Highlights (on unless `highlights: false`) then replace the snippets with passages of the pages
+# (daemon/crawl/search/highlights.py).
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import trio
@@ -18,6 +20,7 @@ from daemon.crawl.options import models
 from daemon.crawl.options.models import ScrapeOptions, ScrapeRequest
 from daemon.crawl.problems import BadRequest, converted, json_object, problem, unknown_keys
 from daemon.crawl.runs.service import CrawlService
+from daemon.crawl.search.highlights import Highlighter
 from daemon.logs import get_logger
 from daemon.metrics import REGISTRY
 from daemon.redact import redact_url
@@ -33,7 +36,12 @@ searches = Counter(
     registry=REGISTRY,
 )
 
-CATEGORIES = frozenset({"github", "research", "pdf"})
+CATEGORIES = frozenset({"github", "research", "pdf", "developer", "gov"})
+ALONE_CATEGORIES = frozenset({"developer", "gov"})
+"""Categories that cannot be combined with another (Firecrawl's rule: each is its own index)."""
+CLOUD_SOURCES = frozenset({"alexandria"})
+"""Firecrawl cloud sources crawld accepts beside a web/news/images one and ignores (warning):
+firecrawl-mcp with an API key asks for Alexandria, its cloud tool catalogue, on every search."""
 MAX_QUERY = 1000
 MAX_DOMAINS = 50
 NOT_CONFIGURED = (
@@ -62,7 +70,8 @@ class SearchRequest(msgspec.Struct, kw_only=True):
     highlights: bool | None = None
     enterprise: list[str] | None = None
     domainTools: bool | None = None
-    toolDetail: str | None = None
+    toolDetail: Literal["compact", "summary", "full"] | None = None
+    """Detail of Alexandria tool matches: accepted, nothing to detail (see CLOUD_SOURCES)."""
     threatProtection: dict[str, Any] | None = None
     origin: str | None = None
     integration: str | None = None
@@ -75,6 +84,9 @@ class ParsedSearch(msgspec.Struct, kw_only=True):
     """Scrape options with at least one format; None: results are not scraped."""
     timeout_s: float
     warning: str = ""
+    highlights: bool = True
+    """Replace web descriptions and news snippets with passages of their pages (Firecrawl's
+    default)."""
 
 
 def _types(values: list[str | dict[str, Any]], path: str, allowed: frozenset[str]) -> tuple[
@@ -127,12 +139,18 @@ def parse_search(
         problems.append(problem("$.limit", "between 1 and 100"))
     if not 1000 <= request.timeout <= 300_000:
         problems.append(problem("$.timeout", "milliseconds between 1000 and 300000"))
-    sources, more = _types(request.sources, "$.sources", frozenset(SOURCES))
+    sources, more = _types(request.sources, "$.sources", frozenset(SOURCES) | CLOUD_SOURCES)
     problems += more
+    cloud = [s for s in sources if s in CLOUD_SOURCES]
+    sources = [s for s in sources if s not in CLOUD_SOURCES]
     if not sources and not more:
-        problems.append(problem("$.sources", "at least one of web, news, images"))
+        problems.append(_no_searchable_source(request.sources))
     categories, more = _types(request.categories, "$.categories", CATEGORIES)
     problems += more
+    if len(categories) > 1 and (alone := ALONE_CATEGORIES.intersection(categories)):
+        name = sorted(alone)[0]
+        problems.append(problem("$.categories", f"{name!r} cannot be combined with other"
+                                " categories"))  # fmt: skip
     include, more = _domains(request.includeDomains, "$.includeDomains")
     problems += more
     exclude, more = _domains(request.excludeDomains, "$.excludeDomains")
@@ -140,9 +158,6 @@ def parse_search(
     if include and exclude:
         both = "includeDomains and excludeDomains cannot both be given"
         problems.append(problem("$.includeDomains", both))
-    for key in ("domainTools", "highlights"):
-        if getattr(request, key):
-            problems.append(problem(f"$.{key}", f"{key} is not supported by crawld"))
     if request.enterprise:
         problems.append(problem("$.enterprise", "enterprise search is not offered by crawld"))
     if request.threatProtection:
@@ -158,10 +173,34 @@ def parse_search(
         categories=tuple(categories), location=request.location,
     )  # fmt: skip
     said = [*warnings(query), *([warning] if warning else [])]
+    if ignored := _cloud_warning(cloud, bool(request.domainTools)):
+        said.append(ignored)
     if request.filter:
         said.append("filter is not sent to SearXNG: ignored")
     return ParsedSearch(query=query, options=options, timeout_s=request.timeout / 1000,
-                        warning=" ".join(said))  # fmt: skip
+                        warning=" ".join(said),
+                        highlights=request.highlights is not False)  # fmt: skip
+
+
+def _no_searchable_source(values: list[str | dict[str, Any]]) -> dict[str, Any]:
+    """The problem of a search whose sources are only cloud ones (or none)."""
+    for i, value in enumerate(values):
+        name = value.get("type") if isinstance(value, dict) else value
+        if name in CLOUD_SOURCES:
+            return problem(f"$.sources[{i}]", f"{name} is Firecrawl's cloud tool catalogue, not"
+                           " served by crawld: give web, news or images (beside one of them,"
+                           f" {name} is ignored)")  # fmt: skip
+    return problem("$.sources", "at least one of web, news, images")
+
+
+def _cloud_warning(cloud: list[str], domain_tools: bool) -> str:
+    """What a search asked of Firecrawl's cloud catalogue and got nothing for."""
+    asked = [f"source {name!r}" for name in cloud] + (["domainTools"] if domain_tools else [])
+    if not asked:
+        return ""
+    verb = "are" if len(asked) > 1 else "is"
+    return (f"Firecrawl's cloud tool catalogue (Alexandria) is not served by crawld:"
+            f" {' and '.join(asked)} {verb} ignored and the answer has no `tools`")  # fmt: skip
 
 
 def _scrape_options(
@@ -189,11 +228,13 @@ class SearchService:
         self.config = config
         self.client: SearxngClient | None = SearxngClient(config) if config.enabled else None
         self.counts = {"ok": 0, "failed": 0, "results": 0, "scraped": 0, "scrape_failed": 0}
+        self.highlighter = Highlighter(crawl, config)
 
     def configure(self, config: SearchConfig) -> None:
         """A reload: searches started from now on use `config`."""
         self.config = config
         self.client = SearxngClient(config) if config.enabled else None
+        self.highlighter.config = config
 
     @property
     def enabled(self) -> bool:
@@ -212,11 +253,22 @@ class SearchService:
             searches.labels(exc.code).inc()
             raise
         said = [parsed.warning] if parsed.warning else []
-        if parsed.options is not None:
-            failed = await self._scrape_all(data, parsed.options, deadline)
+        options, added = parsed.options, False
+        if parsed.highlights:
+            options, added = _with_markdown(parsed.options)
+        if options is not None:
+            failed = await self._scrape_all(data, options, deadline)
             if failed:
                 listed = "; ".join(failed[:5])
                 said.append(f"{len(failed)} result(s) could not be scraped: {listed}")
+        if parsed.highlights and options is not None:
+            await self.highlighter.from_scraped(data, parsed.query.query)
+        elif parsed.highlights:
+            await self.highlighter.by_reading(data, parsed.query.query, deadline)
+        if added:
+            for items in data.values():
+                for item in items:
+                    item.pop("markdown", None)
         self.counts["ok"] += 1
         self.counts["results"] += sum(len(items) for items in data.values())
         searches.labels("ok").inc()
@@ -259,5 +311,18 @@ class SearchService:
             "enabled": self.enabled,
             "provider": self.config.provider,
             "base_url": redact_url(self.config.base_url) if self.enabled else None,
+            "highlights": self.config.highlights,
             **self.counts,
+            **self.highlighter.counts,
         }
+
+
+def _with_markdown(options: ScrapeOptions | None) -> tuple[ScrapeOptions | None, bool]:
+    """Scrape options that also give markdown (what highlights read), and whether it was added
+    (then it is dropped from the results after)."""
+    if options is None:
+        return None, False
+    names = {f if isinstance(f, str) else f.get("type") for f in options.formats}
+    if "markdown" in names:
+        return options, False
+    return msgspec.structs.replace(options, formats=[*options.formats, "markdown"]), True

@@ -176,10 +176,12 @@ def map_body(raw: dict[str, Any]) -> tuple[dict[str, Any], Problems]:
 
 
 def search_body(raw: dict[str, Any]) -> tuple[dict[str, Any], Problems]:
-    """POST /v1/search as the v2 /v2/search body (v1: `limit` defaults to 5, web only)."""
+    """POST /v1/search as the v2 /v2/search body (v1: `limit` defaults to 5, web only, the
+    provider's snippets: v1 has no highlights)."""
     problems = unknown_keys(raw, V1_SEARCH_KEYS, "$")
     body = {k: v for k, v in raw.items() if k in V1_SEARCH_KEYS - {"scrapeOptions"}}
     body.setdefault("limit", 5)
+    body["highlights"] = False
     nested = raw.get("scrapeOptions")
     if isinstance(nested, dict):
         problems += unknown_keys(nested, V1_SCRAPE_OPTIONS, "$.scrapeOptions")
