@@ -2,7 +2,8 @@
 search provider and the OpenAI-compatible simulator as its model) and firecrawl-py 4.55: `agent`
 (which polls) and `start_agent` / `get_agent_status` / `cancel_agent`; an agent that must search
 to find its answer, one held to its URLs, the budget, cancel, webhooks in order, the step trace,
-the 400s (never reaching the model) and the answers' keys (firecrawl-mcp refuses unknown ones)."""
+the 400s (never reaching the model) and the answers' keys (firecrawl-mcp drops unknown ones;
+test_mcp_agent_js.py runs the real one)."""
 
 from __future__ import annotations
 

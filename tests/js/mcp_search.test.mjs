@@ -19,10 +19,13 @@ const transport = new StdioClientTransport({ command: process.execPath, args: [s
 const client = new Client({ name: "crawld-tests", version: "1.0.0" });
 await client.connect(transport);
 after(() => client.close());
+await client.listTools(); // the Client validates only the tools it has listed
 
 async function search(args) {
   const answer = await client.callTool({ name: "firecrawl_search", arguments: args });
   assert.ok(!answer.isError, JSON.stringify(answer.content).slice(0, 500));
+  // firecrawl-mcp drops keys its zod output schema lacks; the text keeps crawld's whole answer.
+  assert.deepEqual(answer.structuredContent, JSON.parse(answer.content[0].text));
   return answer.structuredContent;
 }
 

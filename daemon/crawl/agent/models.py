@@ -5,8 +5,9 @@
 # silently dropped. The validated request becomes an AgentPlan stored with the job, so a
 # restarted daemon works on exactly what was accepted.
 #
-# The answers carry only the keys firecrawl-mcp's output schemas allow (they refuse unknown
-# keys): no `warning`, `createdAt` or `stopReason`; how a run stopped early is said in `message`.
+# The answers carry only the keys firecrawl-mcp's output schemas allow (the MCP drops any other
+# one, its client refuses it): no `warning`, `createdAt` or `stopReason`; how a run stopped early
+# is said in `message`.
 from __future__ import annotations
 
 from typing import Any, Literal
