@@ -1,8 +1,8 @@
 """Firecrawl's MCP server (firecrawl-mcp 3.26, tests/js/mcp_agent.test.mjs) running crawld's agent
-(`firecrawl_agent`, then `firecrawl_agent_status` polled to the end) and a prompted crawl
-(`firecrawl_crawl` with `prompt`) over stdio, with and without an API key. The MCP SDK's client
-checks every answer against the tool's output schema, which refuses unknown keys: the real check
-of what tests/crawlapi/test_agent.py's key lists only copy."""
+(`firecrawl_agent`, then `firecrawl_agent_status` polled to completed, failed or cancelled) and a
+prompted crawl (`firecrawl_crawl` with `prompt`) over stdio, with and without an API key. The MCP
+drops answer keys its output schemas lack and its SDK client checks the rest against them: the
+real check of what tests/crawlapi/test_agent.py's key lists only copy."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from tests.crawlapi.conftest import CONFIG
 from tests.crawlapi.test_agent import AGENT, LLM, llm, pages, searxng, sim  # noqa: F401
 from tests.crawlapi.test_sdk_js import JS, KEY, KEY_ENV, node_or_fail
 
-TESTS = 8
+TESTS = 9
 """test() calls of mcp_agent.test.mjs: every one must pass."""
 CRAWL_OPTIONS = {
     "includePaths": ["^/pages/\\d+$"], "excludePaths": None, "maxDiscoveryDepth": None,
@@ -75,6 +75,7 @@ async def test_firecrawl_mcp_runs_agents_and_prompted_crawls_through_crawld(
         "HOME": os.environ.get("HOME", "/tmp"),
         "CRAWLD_URL": base_url,
         "SITE_URL": pages.url("").rstrip("/"),
+        "SEARXNG_URL": searxng.address,  # type: ignore[attr-defined]
         "NODE_NO_WARNINGS": "1",
     }
     if api_key:
@@ -90,5 +91,7 @@ async def test_firecrawl_mcp_runs_agents_and_prompted_crawls_through_crawld(
     # The crawl prompt reached the model first; the agents searched once (the others kept to
     # their URLs) and read the pages they were given.
     assert "three tree pages" in sim.requests[0]["messages"][-1]["content"]
-    assert {r["q"] for r in searxng.requests} == {"The name of the widget company"}
+    assert {r["q"] for r in searxng.requests} == {
+        "The name of the widget company", "Who makes widgets"
+    }  # fmt: skip
     assert pages.hits_for("/co/1") and pages.hits_for("/pages/0")

@@ -10,6 +10,7 @@
 // runs `node --test` on this file with
 //   CRAWLD_URL  crawld's base URL     CRAWLD_KEY  the API key, or unset for none
 //   SITE_URL    the site simulator's base URL (no trailing slash)
+//   SEARXNG_URL the SearXNG simulator's base URL (its /_searxng/mode slows searches down)
 // and reads the TAP summary (# pass / # fail). The tests run in order: the crawl comes first, so
 // the scripted answer is its.
 import { test, after } from "node:test";
@@ -20,6 +21,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 
 const key = process.env.CRAWLD_KEY || undefined;
 const site = process.env.SITE_URL;
+const searxng = process.env.SEARXNG_URL;
 const server = new URL("./node_modules/firecrawl-mcp/dist/index.js", import.meta.url).pathname;
 const env = { PATH: process.env.PATH, HOME: process.env.HOME, FIRECRAWL_API_URL: process.env.CRAWLD_URL };
 if (key) env.FIRECRAWL_API_KEY = key;
@@ -135,4 +137,27 @@ test("what crawld does not do is refused, never dropped", async () => {
 test("firecrawl_agent_status of an unknown id is an error, not a silent empty answer", async () => {
   const missing = await refusal("firecrawl_agent_status", { id: "0190d0a4-5d2e-7b3a-9c1d-2e3f4a5b6c7d" });
   assert.match(missing ?? "", /not found|404/i, missing);
+});
+
+test("a run cancelled over HTTP (the MCP has no cancel tool) reads as cancelled", async () => {
+  const mode = (body) => fetch(`${searxng}/_searxng/mode`, { method: "POST", body: JSON.stringify(body) });
+  await mode({ mode: "slow", slow_s: 2 }); // the run sits in its web search
+  try {
+    const started = await call("firecrawl_agent", { prompt: "Who makes widgets", schema: SCHEMA });
+    const headers = key ? { Authorization: `Bearer ${key}` } : {};
+    const cancelled = await fetch(`${process.env.CRAWLD_URL}/v2/agent/${started.id}`,
+                                  { method: "DELETE", headers });
+    assert.equal(cancelled.status, 200, await cancelled.text());
+    let status;
+    for (let i = 0; i < 100; i++) {
+      status = await call("firecrawl_agent_status", { id: started.id });
+      if (status.status !== "processing") break;
+      await sleep(20);
+    }
+    assert.equal(status.status, "cancelled", JSON.stringify(status));
+    assert.match(status.error, /^cancelled by a user/);
+    assert.equal(status.data, undefined);
+  } finally {
+    await mode({ mode: "ok" });
+  }
 });
