@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 import pytest
 import trio
+import trio.testing
 
 from daemon.clock import EpochClock, trio_epoch_clock
 from daemon.store import Store
@@ -58,7 +59,10 @@ async def test_requests_spread_over_proxies_and_skip_limited_ones() -> None:
     assert delegate.status()[0]["skipped_limited"] > 0
 
 
-async def test_no_proxy_only_when_every_proxy_is_limited() -> None:
+async def test_no_proxy_only_when_every_proxy_is_limited(
+    mock_clock: trio.testing.MockClock,
+) -> None:
+    """On a clock that stands still: a loaded host must not refill the bursts meanwhile."""
     seen: list[httpx.Request] = []
     delegate = make([ProxyConfig(name="a"), ProxyConfig(name="b")], ok_handler(seen))
     delegate.assume_idle()
