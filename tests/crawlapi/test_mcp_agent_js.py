@@ -20,6 +20,8 @@ from tests.crawlapi.conftest import CONFIG
 from tests.crawlapi.test_agent import AGENT, LLM, llm, pages, searxng, sim  # noqa: F401
 from tests.crawlapi.test_sdk_js import JS, KEY, KEY_ENV, node_or_fail
 
+pytestmark = pytest.mark.node  # drives Node: the SDKs' wire formats, not the store
+
 TESTS = 9
 """test() calls of mcp_agent.test.mjs: every one must pass."""
 CRAWL_OPTIONS = {

@@ -16,6 +16,8 @@ from tests.crawlapi.conftest import CONFIG
 from tests.crawlapi.test_sdk_js import JS, KEY, KEY_ENV, node_or_fail
 from tests.crawlapi.test_search import searxng  # noqa: F401
 
+pytestmark = pytest.mark.node  # drives Node: the SDKs' wire formats, not the store
+
 TESTS = {"no-key": 2, "key": 3}
 """test() calls of mcp_search.test.mjs that run (the Alexandria-only one needs a key)."""
 

@@ -19,6 +19,8 @@ from daemon.fakes.site import SiteSim
 
 from .conftest import CONFIG
 
+pytestmark = pytest.mark.node  # drives Node: the SDKs' wire formats, not the store
+
 JS = Path(__file__).resolve().parent.parent / "js"
 KEY = "js-sdk-test-key-0123456789"
 KEY_ENV = "CRAWLD_TEST_JS_API_KEY"

@@ -6,12 +6,15 @@ from __future__ import annotations
 import os
 import re
 
+import pytest
 import trio
 
 from daemon.fakes.openai_compat import OpenAICompatService
 from daemon.fakes.site import SiteSim
 from tests.crawlapi.test_sdk_js import JS, node_or_fail
 from tests.crawlapi.test_sdk_llm import crawl_config, llm_sim, sim  # noqa: F401
+
+pytestmark = pytest.mark.node  # drives Node: the SDKs' wire formats, not the store
 
 TESTS = 5
 

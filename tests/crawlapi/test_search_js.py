@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import re
 
+import pytest
 import trio
 
 from daemon.fakes.site import SiteSim
 from tests.crawlapi.test_sdk_js import JS, node_or_fail
 from tests.crawlapi.test_search import crawl_config, searxng  # noqa: F401
+
+pytestmark = pytest.mark.node  # drives Node: the SDKs' wire formats, not the store
 
 TESTS = 3
 
