@@ -32,7 +32,7 @@ from daemon.config import (
 )
 from daemon.config_types import Section, dec_hook
 from daemon.crawl.agent.config import AgentConfig
-from daemon.crawl.config import CrawlConfig
+from daemon.crawl.config import CrawlConfig, OcrConfig, ParseConfig
 from daemon.llm.config import LlmConfig
 from daemon.search.config import SearchConfig
 from daemon.tracker.config import TrackerConfig
@@ -54,6 +54,8 @@ class Config(Section, frozen=True):
     collector: CollectorConfig = CollectorConfig()
     tracker: TrackerConfig = TrackerConfig()
     crawl: CrawlConfig = CrawlConfig()
+    ocr: OcrConfig = OcrConfig()
+    parse: ParseConfig = ParseConfig()
     search: SearchConfig = SearchConfig()
     agent: AgentConfig = AgentConfig()
     jobs: JobsConfig = JobsConfig()

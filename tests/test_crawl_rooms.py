@@ -19,7 +19,8 @@ FOUNDATION = {"config", "proxies", "problems", "metrics"}
 ASSEMBLY = {"component"}
 ROOMS = [
     "fetching",  # one GET through the SSRF guard, proxies, the host gate, URLs
-    "content",  # a body made a document: decoding, markdown, main content, PDF text
+    "content",  # a body made a document: decoding, markdown, main content
+    "documents",  # files made documents: PDF text layers, OCR, images, office files, `parsers`
     "rendering",  # the browser: CDP, render, actions, screenshots
     "discovery",  # robots.txt and sitemaps
     "tracking",  # changeTracking and its previous copies

@@ -42,7 +42,10 @@ def install(daemon: Daemon) -> None:
     if not cfg.enabled:
         return
     assert daemon.store is not None and daemon.jobs is not None
-    service = CrawlService(cfg, daemon.store, daemon.jobs, cluster=daemon.cluster, llm=daemon.llm)
+    service = CrawlService(
+        cfg, daemon.store, daemon.jobs, cluster=daemon.cluster, llm=daemon.llm,
+        ocr=daemon.config.ocr, parse=daemon.config.parse,
+    )  # fmt: skip
     daemon.parts["crawl"] = service
     prompts = CrawlPrompts(service, daemon.llm)
     daemon.parts["crawl_prompts"] = prompts
@@ -74,6 +77,10 @@ def install(daemon: Daemon) -> None:
             search.configure(new.search)
         if "agent" in change.sections_changed:
             agent.configure(new.agent)
+        if "ocr" in change.sections_changed:
+            service.documents.configure(new.ocr)
+        if "parse" in change.sections_changed:
+            service.parse_config = new.parse
 
     async def run_extract(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
         await extract.run(task_status=task_status)

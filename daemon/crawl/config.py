@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 import msgspec
 
+import msgspec
+
 from daemon.config_types import Duration, Section
 from daemon.crawl.proxies import ProxyServer, proxy_problems
 
@@ -219,3 +221,90 @@ class CrawlConfig(Section, frozen=True):
             raise ValueError("max_bytes must be at least 1024")
         if not self.user_agent.strip() or any(c in self.user_agent for c in "\r\n"):
             raise ValueError("user_agent must be one non-empty line")
+
+
+OCR_ENGINES = ("tesseract",)
+
+
+def find_ocr_engine(executable: str) -> str | None:
+    """The OCR engine's path: `executable` (a path or a name on PATH), else `tesseract` on PATH;
+    None when there is none."""
+    name = executable or "tesseract"
+    if os.sep in name:
+        return name if os.access(name, os.X_OK) else None
+    return shutil.which(name)
+
+
+class OcrConfig(Section, frozen=True):
+    """`[ocr]`: text of scanned PDF pages and images, read on this machine
+    (docs/how-to/documents.md)."""
+
+    enabled: Literal["auto"] | bool = "auto"
+    """"auto": on when the engine is installed; true: required (a missing engine is a config
+    error); false: off (scanned pages answer SCRAPE_PDF_OCR_REQUIRED)."""
+    engine: Literal["tesseract"] = "tesseract"
+    """The OCR backend: Debian's tesseract-ocr (Apache-2.0), run as a subprocess per page."""
+    executable: str = ""
+    """Path or name of the engine; empty: `tesseract` on PATH."""
+    languages: list[str] = msgspec.field(default_factory=lambda: ["eng"])
+    """Tesseract language packs to read with (Debian's tesseract-ocr-<lang>), e.g.
+    ["eng", "deu"]."""
+    dpi: int = 300
+    """Resolution PDF pages are rendered at for OCR."""
+    max_pixels: int = 40_000_000
+    """Largest page image OCR'd, in pixels (a bigger page is rendered at a lower resolution)."""
+    concurrency: int = 2
+    """Pages OCR'd at once over all documents (each is one engine process)."""
+    page_timeout: Duration = Duration(60)
+    """Longest OCR of one page; past it the page's process is killed and the page fails."""
+    document_timeout: Duration = Duration(600)
+    """Longest OCR of one document's pages together."""
+    max_memory: int = 1024 * 1024 * 1024
+    """Bytes of address space one OCR process may take (its pages fail beyond)."""
+    cache_bytes: int = 64 * 1024 * 1024
+    """Bytes of OCR'd page text kept in memory by the file's SHA-256 (0: none)."""
+
+    def active(self) -> bool:
+        """OCR is served: enabled (or "auto") and the engine is installed."""
+        if self.enabled is False:
+            return False
+        return find_ocr_engine(self.executable) is not None
+
+    def __post_init__(self) -> None:
+        if not 72 <= self.dpi <= 600:
+            raise ValueError("dpi must be between 72 and 600")
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if self.max_pixels < 1_000_000:
+            raise ValueError("max_pixels must be at least 1000000")
+        if self.max_memory < 128 * 1024 * 1024:
+            raise ValueError("max_memory must be at least 128 MiB (134217728)")
+        if float(self.page_timeout) <= 0 or float(self.document_timeout) <= 0:
+            raise ValueError("page_timeout and document_timeout must be more than 0")
+        if self.cache_bytes < 0:
+            raise ValueError("cache_bytes must be at least 0")
+        for lang in self.languages:
+            if not lang or not all(c.isalnum() or c == "_" for c in lang):
+                raise ValueError(f"languages: {lang!r} is not a tesseract language name")
+        if not self.languages:
+            raise ValueError("languages: at least one")
+        if self.enabled is True and find_ocr_engine(self.executable) is None:
+            raise ValueError(
+                f"executable: no OCR engine found ({self.executable or 'tesseract'} is not on "
+                "PATH); install Debian's tesseract-ocr and tesseract-ocr-eng "
+                '(apt-get install tesseract-ocr tesseract-ocr-eng) or set enabled = "auto"'
+            )
+
+
+class ParseConfig(Section, frozen=True):
+    """`[parse]`: POST /v2/parse, files uploaded to be turned into documents."""
+
+    enabled: bool = True
+    """Serve POST /v2/parse and GET /v2/parse/formats."""
+    max_bytes: int = 50 * 1024 * 1024
+    """Largest uploaded file (Firecrawl's 50 MB); bigger uploads are a 413. Apart from
+    [http] max_body, which /v2/parse does not use."""
+
+    def __post_init__(self) -> None:
+        if self.max_bytes < 1024:
+            raise ValueError("max_bytes must be at least 1024")

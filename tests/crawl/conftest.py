@@ -40,6 +40,24 @@ async def fetcher() -> AsyncIterator[Fetcher]:
         yield opened
 
 
+# -- the OCR engine --------------------------------------------------------------------------
+
+
+def need_tesseract() -> str:
+    """The OCR engine's path; without one the test fails under CI=true and is skipped otherwise."""
+    import os
+
+    from daemon.crawl.config import find_ocr_engine
+
+    found = find_ocr_engine("")
+    if found is None:
+        message = "tesseract is not installed (apt-get install tesseract-ocr tesseract-ocr-eng)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"required under CI=true: {message}", pytrace=False)
+        pytest.skip(message)
+    return found
+
+
 # -- the browser -----------------------------------------------------------------------------
 
 

@@ -1,5 +1,6 @@
-"""PDF answers become documents: text per page, title and numPages, Firecrawl's `parsers`, the
-size cap, and clear errors for encrypted and broken files. The PDFs are made by the tests."""
+"""PDF answers become documents: text per page, title, numPages and totalPages, Firecrawl's
+`parsers` (its rules as tables), the size cap, and clear errors for encrypted and broken files.
+The PDFs are made by the tests; scanned ones and OCR are tests/crawl/test_documents.py's."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 import trio
 
 from daemon.crawl.config import CrawlConfig
-from daemon.crawl.content.pdf import PdfOptions, pdf_document, pdf_options
+from daemon.crawl.documents.parsers import ParserPlan, PdfParser, parser_plan, parsers_problems
+from daemon.crawl.documents.pdf import read_pdf
 from daemon.crawl.fetching.fetch import FetchError
 from daemon.crawl.options.models import BadRequest, ScrapeOptions, parse_scrape
 from daemon.crawl.runs.engine import Engine, new_engine
@@ -24,31 +26,50 @@ REPORT = make_pdf(["First page text", "Second page text", "Third page text"], ti
 
 
 def test_pdf_text_per_page_title_and_count() -> None:
-    markdown, metadata = pdf_document(REPORT, PdfOptions())
-    assert metadata == {"numPages": 3, "title": "Q3 Report"}
-    assert markdown.index("## Page 1") < markdown.index("First page text")
-    assert markdown.index("## Page 3") < markdown.index("Third page text")
-    markdown, metadata = pdf_document(REPORT, PdfOptions(max_pages=2))
-    assert "Second page text" in markdown and "Third" not in markdown
-    assert metadata["numPages"] == 3
-
-
-def test_single_page_pdf_has_no_page_heading() -> None:
-    markdown, metadata = pdf_document(make_pdf(["Only page"]), PdfOptions())
-    assert markdown == "Only page" and metadata == {"numPages": 1}
+    text = read_pdf(REPORT, None)
+    assert text.total == 3 and text.title == "Q3 Report" and text.needs_ocr == []
+    assert ["First page text" in text.pages[0], "Third page text" in text.pages[2]] == [True] * 2
+    text = read_pdf(REPORT, 2)
+    assert text.total == 3 and len(text.pages) == 2
 
 
 @pytest.mark.parametrize(
-    ("parsers", "options"),
+    ("parsers", "plan"),
     [
-        (None, PdfOptions()),
-        ([], PdfOptions(parse=False)),
-        (["pdf"], PdfOptions()),
-        ([{"type": "pdf", "maxPages": 2}], PdfOptions(max_pages=2)),
+        (None, ParserPlan()),
+        ([], ParserPlan(pdf=None, image=False)),
+        (["pdf"], ParserPlan(image=False)),
+        (["image"], ParserPlan(pdf=None)),
+        (["pdf", {"type": "image"}], ParserPlan()),
+        ([{"type": "pdf", "maxPages": 2}], ParserPlan(PdfParser(max_pages=2), image=False)),
+        ([{"type": "pdf", "mode": "ocr", "pages": True, "pageMarkers": True}],
+         ParserPlan(PdfParser("ocr", pages=True, page_markers=True), image=False)),
+        ([{"type": "pdf", "pageMarkdown": True}], ParserPlan(PdfParser(pages=True), image=False)),
+        ([{"type": "pdf", "mode": "fast", "blocks": False}],
+         ParserPlan(PdfParser("fast"), image=False)),
+    ],
+)  # fmt: skip
+def test_parsers_option(parsers: list[Any] | None, plan: ParserPlan) -> None:
+    assert parsers_problems(parsers, "$.parsers") == []
+    assert parser_plan(parsers) == plan
+
+
+@pytest.mark.parametrize(
+    ("parsers", "path", "text"),
+    [
+        (["docx"], "$.parsers[0]", '"pdf", "image"'),
+        ([{"type": "pdf", "mode": "turbo"}], "$.parsers[0].mode", "unknown mode 'turbo'"),
+        ([{"type": "pdf", "maxPages": 0}], "$.parsers[0].maxPages", "between 1 and 10000"),
+        ([{"type": "pdf", "maxPages": True}], "$.parsers[0].maxPages", "between 1 and 10000"),
+        ([{"type": "pdf", "pages": "yes"}], "$.parsers[0].pages", "true or false"),
+        ([{"type": "pdf", "blocks": True}], "$.parsers[0].blocks", "not served"),
+        ([{"type": "pdf", "dpi": 300}], "$.parsers[0].dpi", "unrecognized key"),
+        (["pdf", {"type": "image", "mode": "ocr"}], "$.parsers[1].mode", "unrecognized key"),
     ],
 )
-def test_parsers_option(parsers: list[Any] | None, options: PdfOptions) -> None:
-    assert pdf_options(parsers) == options
+def test_parsers_problems(parsers: list[Any], path: str, text: str) -> None:
+    problems = parsers_problems(parsers, "$.parsers")
+    assert problems and problems[0]["path"] == path and text in problems[0]["message"]
 
 
 def test_bad_parsers_are_a_400() -> None:
@@ -83,9 +104,10 @@ async def scrape(engine: Engine, url: str, **options: Any) -> dict[str, Any]:
 
 async def test_pdf_url_becomes_a_document(site: SiteSim) -> None:
     doc = await scrape(engine(), site.url("/files/report.pdf"), formats=["markdown", "html"])
-    assert "Second page text" in doc["markdown"] and "## Page 2" in doc["markdown"]
+    assert doc["markdown"].index("First page text") < doc["markdown"].index("Second page text")
     meta = doc["metadata"]
     assert meta["title"] == "Q3 Report" and meta["numPages"] == 3 and meta["engine"] == "pdf"
+    assert meta["totalPages"] == 3 and "pages" not in doc
     assert meta["contentType"] == "application/pdf" and meta["statusCode"] == 200
     doc = await scrape(engine(), site.url("/files/untyped"))  # sniffed by its magic bytes
     assert doc["metadata"]["numPages"] == 3

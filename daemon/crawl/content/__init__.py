@@ -1,2 +1,3 @@
 """Content: a fetched body turned into a document (decoding, HTML to markdown, main
-content, links, metadata) and PDF text. Above fetching."""
+content, links, metadata). Files (PDFs, images, office documents) are the documents room's.
+Above fetching."""

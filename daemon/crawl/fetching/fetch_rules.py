@@ -15,6 +15,15 @@ _TEXT_TYPES = frozenset(
     {"application/json", "application/xml", "application/xhtml+xml", "application/rss+xml",
      "application/pdf"}
 )  # fmt: skip
+DOCUMENT_TYPES = frozenset(
+    {"application/octet-stream", "binary/octet-stream", "application/x-download",
+     "application/download", "application/force-download", "application/msword",
+     "application/rtf", "application/vnd.ms-excel", "application/vnd.ms-powerpoint",
+     "application/epub+zip", "image/png", "image/jpeg", "image/webp", "image/tiff"}
+)  # fmt: skip
+"""Files read as documents (daemon/crawl/documents/): their bytes say what they are."""
+_DOCUMENT_PREFIXES = ("application/vnd.openxmlformats-officedocument.",
+                      "application/vnd.oasis.opendocument.", "application/vnd.ms-")  # fmt: skip
 
 
 class FetchError(Exception):
@@ -36,13 +45,16 @@ def shown_url(url: str) -> str:
 
 
 def accepted_content_type(content_type: str) -> bool:
-    """HTML, text/*, JSON, XML and PDF are scraped; other types (images, archives) are not.
-    A missing Content-Type is accepted (the body is sniffed later)."""
+    """HTML, text/*, JSON, XML, PDF, office documents, PNG/JPEG/WebP/TIFF images and untyped
+    binaries are scraped; other types (archives, audio, video, fonts) are not. A missing
+    Content-Type is accepted (the body is sniffed later)."""
     kind = content_type.split(";", 1)[0].strip().lower()
     return (
         not kind
         or kind.startswith("text/")
         or kind in _TEXT_TYPES
+        or kind in DOCUMENT_TYPES
+        or kind.startswith(_DOCUMENT_PREFIXES)
         or kind.endswith(("+json", "+xml"))
     )
 

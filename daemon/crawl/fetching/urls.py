@@ -42,8 +42,6 @@ REFUSED_EXTENSIONS = frozenset(
         "mp4",
         "mp3",
         "wav",
-        "pptx",
-        "xlsx",
         "avi",
         "flv",
         "woff",
@@ -53,7 +51,8 @@ REFUSED_EXTENSIONS = frozenset(
         "inc",
     ]
 )
-"""File extensions a crawl never follows (Firecrawl's list; pdf, docx and xml are allowed)."""
+"""File extensions a crawl never follows (Firecrawl's list, less pptx and xlsx: office documents
+are read, daemon/crawl/documents/; images are OCR'd when scraped, never followed by a crawl)."""
 
 SOCIAL_OR_EMAIL_HOSTS = (
     "facebook.com",

@@ -20,7 +20,7 @@ import msgspec
 
 from daemon.crawl.content import attributes
 from daemon.crawl.content.document import FORMATS, DocumentOptions
-from daemon.crawl.content.pdf import parsers_problems
+from daemon.crawl.documents.parsers import parsers_problems
 from daemon.crawl.llmwork import rules as ask_rules
 from daemon.crawl.options.llm_formats import SERVED as LLM_SERVED
 from daemon.crawl.options.llm_formats import LlmCheck, check_format
@@ -70,7 +70,8 @@ class ScrapeOptions(msgspec.Struct, kw_only=True):
     profile: dict[str, Any] | None = None
     integration: str | None = None
     auditMetadata: dict[str, Any] | None = None
-    # Served: PDF parsing, and with [crawl.browser] the browser's options.
+    # Served: PDF and image parsing (daemon/crawl/documents/), and with [crawl.browser] the
+    # browser's options.
     parsers: list[Any] | None = None
     # Refused when set: actions without [crawl.browser]; the others crawld does not do at all.
     actions: list[Any] | None = None

@@ -8,14 +8,15 @@
 #   - with `render = "auto"`, the browser again when the HTTP answer looks script-built
 #     (render_rules.script_built: an app root or a <noscript> asking for JavaScript and little
 #     text); if that render fails, the HTTP document is kept with a `warning`;
-#   - PDFs (by Content-Type, or by their magic bytes) become text documents
-#     (daemon/crawl/content/pdf.py), also when the browser was asked for and the URL turned out to
-# be a file.
+#   - files (PDFs, images, office documents: by their bytes first, then the Content-Type and the
+#     extension, daemon/crawl/documents/sniff.py) become documents through the DocumentReader
+#     (text layers, OCR, office conversion), also when the browser was asked for and the URL
+#     turned out to be a file.
 #
-# `metadata.engine` says which produced the document: "http", "browser" or "pdf". Whatever
-# produced it, the LLM formats (json, summary, question, highlights, query) are added last, from
-# its markdown (daemon/crawl/options/llm_formats.py), outside the fetch slot, then changeTracking
-# (its snapshot swap, daemon/crawl/tracking/store.py). The document cache
+# `metadata.engine` says which produced the document: "http", "browser", "pdf", "image" or
+# "document". Whatever produced it, the LLM formats (json, summary, question, highlights, query)
+# are added last, from its markdown (daemon/crawl/options/llm_formats.py), outside the fetch slot,
+# then changeTracking (its snapshot swap, daemon/crawl/tracking/store.py). The document cache
 # (daemon/crawl/cache/documents.py) is asked first and given the finished document last.
 from __future__ import annotations
 
@@ -33,8 +34,11 @@ from daemon.crawl.cache import rules as cache_rules
 from daemon.crawl.cache.documents import Cached, DocumentCache
 from daemon.crawl.cache.rules import CachePlan
 from daemon.crawl.content import attributes
-from daemon.crawl.content.document import DocumentOptions, is_html
-from daemon.crawl.content.pdf import PdfError, PdfOptions, is_pdf, pdf_options, pdf_page
+from daemon.crawl.content.document import DocumentOptions, is_html, with_fetch_metadata
+from daemon.crawl.documents.errors import DocumentError
+from daemon.crawl.documents.parsers import ParserPlan, parser_plan
+from daemon.crawl.documents.reader import DocumentReader
+from daemon.crawl.documents.sniff import document_kind
 from daemon.crawl.fetching.fetch import Fetcher, FetchError, FetchResult, HostGate
 from daemon.crawl.fetching.urls import parse_http_url
 from daemon.crawl.options import llm_formats
@@ -63,7 +67,10 @@ class PagePlan(msgspec.Struct, frozen=True):
     forced: tuple[str, ...]
     """Why the browser must render (empty: HTTP may do)."""
     spec: RenderSpec
-    pdf: PdfOptions
+    parsers: ParserPlan
+    """What files are parsed, and how (Firecrawl's `parsers`)."""
+    retain: bool = True
+    """False (zeroDataRetention): nothing of the page is kept, OCR results included."""
     proxy: str | None = None
     """Firecrawl's `proxy` option (daemon/crawl/proxies.py Proxies.attempts)."""
     llm: llm_formats.LlmPlan | None = None
@@ -124,7 +131,8 @@ def page_plan(
         skip_tls_verification=skip_tls,
         forced=tuple(forced),
         spec=spec,
-        pdf=pdf_options(options.parsers),
+        parsers=parser_plan(options.parsers),
+        retain=not zero_data_retention,
         proxy=options.proxy,
         llm=llm_formats.llm_plan(options.formats),
         cache=cache_rules.cache_plan(
@@ -194,6 +202,8 @@ class PageMaker:
         self.render_mode = render_mode
         self.gate = gate
         self.cpu = cpu or trio.CapacityLimiter(2)
+        self.documents = DocumentReader(cpu=self.cpu)
+        """Files made documents (set by the crawl service to the daemon's, with [ocr])."""
         self.renders: dict[str, int] = {"forced": 0, "always": 0, "auto": 0, "fallback": 0}
 
     async def produce(
@@ -275,8 +285,8 @@ class PageMaker:
             result = await self.fetcher.fetch(
                 url, check_hop=check_hop, concurrency=concurrency, delay=delay, **fetch_kw
             )
-        if is_pdf(result.content_type, result.body):
-            return await self._pdf(url, result, plan)
+        if (kind := document_kind(result.content_type, result.body, result.url)) is not None:
+            return await self._file(url, result, plan, kind)
         if (
             browser is not None
             and self.render_mode == "auto"
@@ -350,18 +360,16 @@ class PageMaker:
         document["metadata"]["proxyUsed"] = result.proxy_used
         return Produced(result, document, links, "http")
 
-    async def _pdf(self, url: str, result: FetchResult, plan: PagePlan) -> Produced:
-        def build() -> dict[str, Any]:
-            return pdf_page(
-                result.body, plan.pdf, plan.doc.formats, url=result.url, source_url=url,
-                status_code=result.status_code, content_type=result.content_type,
-                scrape_id=str(uuid.uuid4()),
-            )  # fmt: skip
-
+    async def _file(self, url: str, result: FetchResult, plan: PagePlan, kind: str) -> Produced:
         try:
-            document = await trio.to_thread.run_sync(build, limiter=self.cpu)
-        except PdfError as exc:
+            parsed = await self.documents.parse(result.body, kind, plan.parsers, retain=plan.retain)
+        except DocumentError as exc:
             raise FetchError(exc.code, exc.message, url) from None
-        document["metadata"]["engine"] = "pdf"
+        document = parsed.formats(plan.doc.formats)
+        document["metadata"] = with_fetch_metadata(
+            parsed.metadata, url, result.url, result.status_code, result.content_type,
+            str(uuid.uuid4()),
+        )  # fmt: skip
+        document["metadata"]["engine"] = parsed.engine
         document["metadata"]["proxyUsed"] = result.proxy_used
-        return Produced(result, document, [], "pdf")
+        return Produced(result, document, [], parsed.engine)

@@ -22,7 +22,8 @@ import trio
 from daemon.clock import EpochClock, wall_ms
 from daemon.cluster import Cluster
 from daemon.crawl.cache.documents import DocumentCache
-from daemon.crawl.config import CrawlConfig
+from daemon.crawl.config import CrawlConfig, OcrConfig, ParseConfig
+from daemon.crawl.documents.reader import DocumentReader
 from daemon.crawl.fetching.fetch import Resolver
 from daemon.crawl.fetching.proxy import VettingProxy
 from daemon.crawl.options.batch import batch_candidates
@@ -62,8 +63,12 @@ class CrawlService:
         clock_ms: EpochClock = wall_ms,
         cluster: Cluster | None = None,
         llm: Any = None,
+        ocr: OcrConfig | None = None,
+        parse: ParseConfig | None = None,
     ) -> None:
         self.config = config
+        self.parse_config = parse or ParseConfig()
+        """`[parse]`: uploads to /v2/parse."""
         self.llm = llm
         """The daemon's LlmService (daemon.llm), serving the json and summary formats."""
         self.cluster = cluster
@@ -91,9 +96,12 @@ class CrawlService:
             )  # fmt: skip
         self.cache = DocumentCache(config.cache, store, clock_ms)
         self.engine = new_engine(config, resolver, self.browser, llm)
+        self.documents = DocumentReader(ocr, self.engine.cpu)
+        """Files made documents (PDF text, OCR, office files) for every engine and upload."""
         self.tracker = ChangeTracker(store, clock_ms)
         self.engine.maker.cache = self.cache
         self.engine.maker.tracker = self.tracker
+        self.engine.maker.documents = self.documents
         if self.proxy is not None:  # the browser leaves through the fetcher's proxies
             self.proxy.upstream = self.engine.fetcher.proxies
         self._engines: list[Engine] = [self.engine]
@@ -121,6 +129,7 @@ class CrawlService:
         self.engine = new_engine(config, self.resolver, self.browser, self.llm)
         self.engine.maker.cache = self.cache
         self.engine.maker.tracker = self.tracker
+        self.engine.maker.documents = self.documents
         self._engines.append(self.engine)
         if self.proxy is not None:
             self.proxy.upstream = self.engine.fetcher.proxies
@@ -362,6 +371,7 @@ class CrawlService:
             "browser_proxy": dict(self.proxy.counts) if self.proxy is not None else None,
             "cache": await self.cache.status(),
             "change_tracking": dict(self.tracker.counts),
+            "ocr": self.documents.status(),
             "proxies": engine.fetcher.proxies.status(),
         }
 
