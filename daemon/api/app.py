@@ -4,6 +4,7 @@
 # tracker) each contribute `routes(daemon)` from their own module.
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,6 +107,9 @@ class ApiRoute:
     """JSON schemas of the `{name}` parts of the path (default: any string)."""
     body_required: bool = False
     ok_status: int = 200
+    upload_limit: Callable[[], int] | None = None
+    """An upload route: multipart/form-data accepted at the edge, with this body limit (bytes)
+    instead of [http] max_body; `body` is then documented as multipart."""
 
 
 def openapi_document(
@@ -147,9 +151,10 @@ def openapi_document(
         if params:
             op["parameters"] = params
         if route.body is not None:
+            media = "multipart/form-data" if route.upload_limit else "application/json"
             op["requestBody"] = {
                 "required": route.body_required,
-                "content": {"application/json": {"schema": schema_of[route.body]}},
+                "content": {media: {"schema": schema_of[route.body]}},
             }
         ok: dict[str, Any] = {"description": "OK" if route.ok_status == 200 else "Accepted"}
         if route.response is not None:
@@ -198,6 +203,9 @@ def build_app(
 ) -> Starlette:
     """One Starlette app for `routes` behind the edge checks of `policy` (default: the config's)."""
     policy = policy or edge_policy(daemon)
+    uploads = {r.path: r.upload_limit for r in routes if r.upload_limit is not None}
+    if uploads:
+        policy = dataclasses.replace(policy, uploads={**policy.uploads, **uploads})
     document = msgspec.json.encode(openapi_document(routes, policy.needs_key))
 
     async def openapi(request: Request) -> Response:

@@ -32,7 +32,7 @@ TEAM_ID = "crawld"
 """The `teamId` of active crawls: crawld has one team."""
 
 STATUS_BY_CODE = {"SCRAPE_TIMEOUT": 408, "CRAWL_DENIAL": 403, "SCRAPE_NO_CACHED_DATA": 404,
-                  "SCRAPE_LOCKDOWN_CACHE_MISS": 404}  # fmt: skip
+                  "SCRAPE_LOCKDOWN_CACHE_MISS": 404, "SCRAPE_PDF_OCR_REQUIRED": 422}  # fmt: skip
 """HTTP status of a failed scrape by Firecrawl code; any other code is a 500."""
 
 
@@ -286,7 +286,9 @@ def routes(service: CrawlService, prompts: CrawlPrompts | None = None) -> list[A
                  errors={**crawl_errors, 403: "address refused (SSRF guard)",
                          404: "SCRAPE_NO_CACHED_DATA (minAge) or SCRAPE_LOCKDOWN_CACHE_MISS"
                               " (lockdown): no cached copy, nothing was fetched",
-                         408: "SCRAPE_TIMEOUT", 500: "the page could not be fetched (code)"}),
+                         408: "SCRAPE_TIMEOUT",
+                         422: "SCRAPE_PDF_OCR_REQUIRED: a scanned PDF with mode fast, or OCR off",
+                         500: "the page could not be fetched (code)"}),
         ApiRoute("GET", "/v2/crawl/active", h.active, "Running crawls (batches are not listed)",
                  response=responses.ActiveCrawls),
         ApiRoute("GET", "/v2/crawl/ongoing", h.active, "Alias of /v2/crawl/active",

@@ -16,10 +16,15 @@
 # may also come as the `Sec-WebSocket-Protocol` value, where browsers and the JS SDK put it. A
 # refused handshake gets the same JSON answer as HTTP (ASGI's websocket.http.response). Open
 # sockets are capped at `max_concurrent_requests` of their own, since each may last a whole crawl.
+#
+# Upload routes (POST /v2/parse) are the one exception to "JSON or nothing": their route declares
+# a body limit of its own (EdgePolicy.uploads, read at each request so a reload applies), and
+# there multipart/form-data is accepted. A browser form could post one cross-site, so the key and
+# the cross-site check still apply there as everywhere.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -172,7 +177,11 @@ def is_json_media_type(content_type: str) -> bool:
 
 
 def media_type_refusal(
-    method: str, content_type: str | None, content_length: str | None, chunked: bool
+    method: str,
+    content_type: str | None,
+    content_length: str | None,
+    chunked: bool,
+    upload: bool = False,
 ) -> str | None:
     """Why a request that may change data has a body that is not JSON, or None.
 
@@ -184,6 +193,10 @@ def media_type_refusal(
     if content_type is not None:
         if is_json_media_type(content_type):
             return None
+        if upload and content_type.split(";", 1)[0].strip().lower() == "multipart/form-data":
+            return None
+        if upload:
+            return "Content-Type must be multipart/form-data (or application/json)"
         return "Content-Type must be application/json"
     has_body = chunked or (content_length is not None and content_length.strip() not in ("", "0"))
     return "a request body needs Content-Type: application/json" if has_body else None
@@ -198,6 +211,13 @@ class EdgePolicy:
     body_timeout: float
     max_concurrent: int
     max_head: int = 16 * 1024
+    uploads: Mapping[str, Callable[[], int]] = field(default_factory=dict)
+    """Upload paths (multipart/form-data accepted) and their own body limit, in bytes."""
+
+    def body_limit(self, path: str) -> int:
+        """The largest body `path` takes: its upload limit, else max_body."""
+        limit = self.uploads.get(path)
+        return limit() if limit is not None else self.max_body
 
     @classmethod
     def from_config(cls, http: HttpConfig, key_value: str | None) -> EdgePolicy:
@@ -295,7 +315,8 @@ class EdgeMiddleware:
             await self.app(scope, receive, send)
             return
         headers = _headers(scope)
-        body = _Body(receive, self.policy, self.stats, has_body=_has_body(headers))
+        body = _Body(receive, self.policy, self.stats, has_body=_has_body(headers),
+                     limit=self.policy.body_limit(scope.get("path", "")))  # fmt: skip
         refusal = self.check(scope, headers)
         if refusal is not None:
             reason, response = refusal
@@ -368,9 +389,9 @@ class EdgeMiddleware:
         if length is not None:
             if not (length.strip().isascii() and length.strip().isdigit()):
                 return "bad_length", error_response(400, "invalid Content-Length", None)
-            if int(length) > policy.max_body:
+            if int(length) > (limit := policy.body_limit(path)):
                 return "too_large", error_response(
-                    413, "request body too large", {"max_body": policy.max_body}
+                    413, "request body too large", {"max_body": limit}
                 )
         sessions = self.sessions
         keyless = sessions is not None and sessions.keyless(path)
@@ -403,7 +424,8 @@ class EdgeMiddleware:
                     403, "cross-site browser requests are refused", reason
                 )
         why = media_type_refusal(scope.get("method", "GET"), headers.get("content-type"),
-                                 length, _chunked(headers))  # fmt: skip
+                                 length, _chunked(headers),
+                                 scope.get("path", "") in self.policy.uploads)  # fmt: skip
         if why is not None:
             return "media_type", error_response(415, "unsupported media type", why)
         return None
@@ -416,10 +438,17 @@ class _Body:
     drops the rest of the body with the connection, and a client must not reuse it."""
 
     def __init__(
-        self, receive: Any, policy: EdgePolicy, stats: EdgeStats, *, has_body: bool
+        self,
+        receive: Any,
+        policy: EdgePolicy,
+        stats: EdgeStats,
+        *,
+        has_body: bool,
+        limit: int | None = None,
     ) -> None:
         self._receive = receive
         self.policy = policy
+        self.limit = policy.max_body if limit is None else limit
         self.stats = stats
         self.deadline = trio.current_time() + policy.body_timeout
         self.received = 0
@@ -432,9 +461,9 @@ class _Body:
             message = await self._receive()
             if message["type"] == "http.request":
                 self.received += len(message.get("body", b""))
-                if self.received > self.policy.max_body:
+                if self.received > self.limit:
                     self.stats.refuse("too_large")
-                    raise BodyTooLarge(self.policy.max_body)
+                    raise BodyTooLarge(self.limit)
                 self.complete = not message.get("more_body", False)
             return message
         self.stats.refuse("body_timeout")

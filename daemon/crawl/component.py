@@ -31,6 +31,7 @@ def install(daemon: Daemon) -> None:
     from daemon.api import cache as cache_api
     from daemon.api import crawl as crawl_api
     from daemon.api import extract as extract_api
+    from daemon.api import parse as parse_api
     from daemon.api import prompts as prompts_api
     from daemon.api import search as search_api
     from daemon.api import v1 as v1_api
@@ -106,6 +107,7 @@ def install(daemon: Daemon) -> None:
         crawl_api.routes(service, prompts) + prompts_api.routes(prompts)
         + search_api.routes(search) + v1_api.routes(service, search)
         + extract_api.routes(extract) + agent_api.routes(agent) + cache_api.routes(service.cache)
+        + (parse_api.routes(service) if daemon.config.parse.enabled else [])
     )  # fmt: skip
     daemon.jobs.add_canceller(service.cancel)
     daemon.jobs.add_canceller(agent.cancel)

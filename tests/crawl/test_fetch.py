@@ -142,14 +142,16 @@ async def test_size_cap(site: SiteSim, fetcher: Fetcher) -> None:
 @pytest.mark.parametrize(
     ("path", "ok"),
     [
-        ("/files/doc.pdf", True),  # PDFs are fetched and parsed (daemon/crawl/content/pdf.py)
-        ("/files/image.png", False),
+        ("/files/doc.pdf", True),  # files are fetched and read (daemon/crawl/documents/)
+        ("/files/image.png", True),  # OCR'd when scraped
+        ("/files/clip.mp4", False),
         ("/files/data.json", True),
         ("/files/notes.txt", True),
         ("/sitemap.xml", True),
     ],
 )
 async def test_content_types(site: SiteSim, fetcher: Fetcher, path: str, ok: bool) -> None:
+    site.files["/files/clip.mp4"] = (b"\x00\x00\x00\x18ftypmp42", "video/mp4")
     if ok:
         assert (await fetcher.fetch(site.url(path))).status_code == 200
     else:
@@ -169,8 +171,14 @@ async def test_content_types(site: SiteSim, fetcher: Fetcher, path: str, ok: boo
         ("application/atom+xml", True),
         ("", True),
         ("application/pdf", True),
-        ("image/png", False),
-        ("application/octet-stream", False),
+        ("image/png", True),
+        ("application/octet-stream", True),
+        ("application/vnd.openxmlformats-officedocument.wordprocessingml.document", True),
+        ("application/vnd.oasis.opendocument.spreadsheet", True),
+        ("image/gif", False),
+        ("video/mp4", False),
+        ("application/zip", False),
+        ("font/woff2", False),
     ],
 )
 def test_accepted_content_type(content_type: str, ok: bool) -> None:
@@ -292,9 +300,10 @@ async def test_outcomes_are_counted(site: SiteSim, fetcher: Fetcher) -> None:
 
     ok = fetches.labels("ok")._value.get()
     unsupported = fetches.labels("SCRAPE_UNSUPPORTED_FILE_ERROR")._value.get()
+    site.files["/files/clip.mp4"] = (b"\x00\x00\x00\x18ftypmp42", "video/mp4")
     await fetcher.fetch(site.url("/about"))
     with pytest.raises(FetchError):
-        await fetcher.fetch(site.url("/files/image.png"))
+        await fetcher.fetch(site.url("/files/clip.mp4"))
     assert fetches.labels("ok")._value.get() == ok + 1
     assert fetches.labels("SCRAPE_UNSUPPORTED_FILE_ERROR")._value.get() == unsupported + 1
 

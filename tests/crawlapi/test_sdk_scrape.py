@@ -47,8 +47,8 @@ async def test_scrape_of_error_pages_and_files(fc: Firecrawl, sdk: Any, site: Si
     assert missing.metadata.status_code == 404  # a document, not an error (as Firecrawl)
     data = await sdk(fc.scrape, site.url("/files/data.json"))
     assert data.markdown == '```json\n{"items": [1, 2, 3]}\n```'
-    with pytest.raises(InternalServerError) as info:
-        await sdk(fc.scrape, site.url("/files/image.png"))
+    with pytest.raises(InternalServerError) as info:  # images are OCR'd only with "image"
+        await sdk(fc.scrape, site.url("/files/image.png"), parsers=["pdf"])
     assert info.value.code == "SCRAPE_UNSUPPORTED_FILE_ERROR"
 
 

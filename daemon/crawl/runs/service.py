@@ -28,6 +28,7 @@ from daemon.crawl.fetching.fetch import Resolver
 from daemon.crawl.fetching.proxy import VettingProxy
 from daemon.crawl.options.batch import batch_candidates
 from daemon.crawl.options.models import BatchPlan, CrawlPlan, MapRequest, ScrapeRequest
+from daemon.crawl.options.parse_options import ParseRequest
 from daemon.crawl.options.responses import MapLink
 from daemon.crawl.rendering.browser import BrowserPool, BrowserUnavailable
 from daemon.crawl.runs import store as crawlstore
@@ -36,6 +37,7 @@ from daemon.crawl.runs.ending import apply_end
 from daemon.crawl.runs.engine import CrawlWrites, Engine, new_engine
 from daemon.crawl.runs.mapper import map_site
 from daemon.crawl.runs.runs import Runs
+from daemon.crawl.runs.uploads import parse_upload
 from daemon.crawl.tracking.store import ChangeTracker
 from daemon.jobs import store as jobstore
 from daemon.jobs.manager import JobManager
@@ -301,6 +303,12 @@ class CrawlService:
         )
         engine.last_success_ms = self.clock_ms()
         return produced.document
+
+    async def parse_file(
+        self, body: bytes, filename: str, content_type: str, request: ParseRequest
+    ) -> dict[str, Any]:
+        """The document of an uploaded file (POST /v2/parse); DocumentError when it has none."""
+        return await parse_upload(self.engine, body, filename, content_type, request)
 
     async def map(self, request: MapRequest) -> list[MapLink]:
         return await map_site(self.engine.fetcher, request)
