@@ -14,7 +14,7 @@ import httpx
 import pytest
 from firecrawl import Firecrawl
 from firecrawl.v2.types import PDFParser, ScrapeOptions
-from firecrawl.v2.utils.error_handler import BadRequestError, FirecrawlError
+from firecrawl.v2.utils.error_handler import FirecrawlError
 from PIL import Image
 
 from daemon.app import Daemon
