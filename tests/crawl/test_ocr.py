@@ -1,0 +1,149 @@
+"""The OCR path's bounds and faults: a page past [ocr] page_timeout has its engine process killed
+and is named in the warning, a document past document_timeout is SCRAPE_TIMEOUT, an engine that
+crashes on one page leaves the others' text; the cache holds by SHA-256 and forgets past its
+size; [ocr] config errors name the key. Engines here are small shell scripts standing in for
+tesseract (same argv and stdin/stdout contract)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import trio
+
+from daemon.crawl.config import OcrConfig
+from daemon.crawl.documents.errors import DocumentError
+from daemon.crawl.documents.ocr import OcrCache, clean_text
+from daemon.crawl.documents.parsers import ParserPlan, PdfParser
+from daemon.crawl.documents.reader import DocumentReader
+from daemon.settings import ConfigError, decode
+from tests.crawl import documents as docs
+
+SCAN3 = docs.scanned_pdf([["one"], ["two"], ["three"]])
+OCR_ALL = ParserPlan(PdfParser(mode="ocr", pages=True))
+
+
+def engine_script(tmp_path: Path, body: str) -> str:
+    """An executable standing in for tesseract; `$COUNT` is this call's number (1, 2, ...)."""
+    path = tmp_path / "fake-tesseract"
+    path.write_text(
+        "#!/bin/sh\n"
+        f'n=$(cat "{tmp_path}/count" 2>/dev/null || echo 0); n=$((n + 1)); '
+        f'echo $n > "{tmp_path}/count"; COUNT=$n\n'
+        f'cat > /dev/null\n{body}\n'
+    )  # fmt: skip
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def reader(executable: str, **overrides: object) -> DocumentReader:
+    fields: dict[str, object] = {"executable": executable, "concurrency": 1}
+    fields.update(overrides)
+    return DocumentReader(OcrConfig(**fields))  # type: ignore[arg-type]
+
+
+async def test_an_engine_crash_on_one_page_keeps_the_others(tmp_path: Path) -> None:
+    script = engine_script(
+        tmp_path, 'if [ "$COUNT" = 2 ]; then echo "Segmentation fault" >&2; kill -9 $$; fi\n'
+        'echo "text of call $COUNT"',
+    )  # fmt: skip
+    parsed = await reader(script).parse(SCAN3, "pdf", OCR_ALL, retain=True)
+    pages = [p["markdown"] for p in parsed.pages or []]
+    crashed = pages.index("")  # the second call, whichever page it read
+    assert sorted(pages) == ["", "text of call 1", "text of call 3"]
+    assert parsed.warnings == [
+        f"OCR failed on page {crashed + 1}: tesseract failed: Segmentation fault."
+    ]
+    assert parsed.markdown == "\n\n".join(p for p in pages if p)
+
+
+async def test_every_page_failing_is_an_error_not_an_empty_document(tmp_path: Path) -> None:
+    script = engine_script(tmp_path, 'echo "Error opening data file eng.traineddata" >&2; exit 1')
+    with pytest.raises(DocumentError) as info:
+        await reader(script).parse(SCAN3, "pdf", OCR_ALL, retain=True)
+    assert info.value.code == "SCRAPE_UNSUPPORTED_FILE_ERROR"
+    assert "eng.traineddata" in info.value.message
+
+
+async def test_a_slow_page_is_killed_at_page_timeout(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    autojump_clock.autojump_threshold = 0.5  # not while a page renders in its thread
+    pid_file = tmp_path / "pid"
+    script = engine_script(
+        tmp_path, f'if [ "$COUNT" = 1 ]; then echo $$ > "{pid_file}"; exec sleep 600; fi\n'
+        'echo "page $COUNT"',
+    )  # fmt: skip
+    parsed = await reader(script, page_timeout=5).parse(SCAN3, "pdf", OCR_ALL, retain=True)
+    pages = [p["markdown"] for p in parsed.pages or []]
+    slow = pages.index("")
+    assert sorted(pages) == ["", "page 2", "page 3"]
+    assert f"page {slow + 1}: longer than 5s" in parsed.warnings[0]
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):  # killed and reaped, not left running
+        os.kill(pid, 0)
+
+
+async def test_a_slow_document_is_a_timeout(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    autojump_clock.autojump_threshold = 0.5
+    script = engine_script(tmp_path, "exec sleep 600")
+    slow = reader(script, page_timeout=50, document_timeout=20)
+    with pytest.raises(DocumentError) as info:
+        await slow.parse(SCAN3, "pdf", OCR_ALL, retain=True)
+    assert info.value.code == "SCRAPE_TIMEOUT" and info.value.status == 408
+    assert "document_timeout" in info.value.message
+
+
+async def test_results_are_cached_by_file_hash_unless_retention_is_off(tmp_path: Path) -> None:
+    script = engine_script(tmp_path, 'echo "call $COUNT"')
+    made = reader(script)
+    one_page = ParserPlan(PdfParser(mode="ocr", max_pages=1))
+    first = await made.parse(SCAN3, "pdf", one_page, retain=True)
+    again = await made.parse(SCAN3, "pdf", one_page, retain=True)
+    assert first.markdown == again.markdown == "call 1" and made.pages_ocrd == 1
+    private = await made.parse(SCAN3, "pdf", one_page, retain=False)
+    assert private.markdown == "call 2" and len(made.cache) == 1
+    other = docs.scanned_pdf([["one"], ["different"]])
+    assert (await made.parse(other, "pdf", one_page, retain=True)).markdown == "call 3"
+
+
+def test_the_cache_forgets_the_oldest_past_its_size() -> None:
+    cache = OcrCache(max_bytes=350)
+    for i in range(4):
+        cache.put(("sha", i, "t"), "x" * 50)
+    assert len(cache) == 2 and cache.get(("sha", 0, "t")) is None
+    assert cache.get(("sha", 3, "t")) == "x" * 50
+    cache.put(("sha", 9, "t"), "y" * 1000)  # bigger than the whole cache: not kept
+    assert cache.get(("sha", 9, "t")) is None and cache.size <= 350
+
+
+@pytest.mark.parametrize(
+    ("raw", "clean"),
+    [
+        ("Hello\n\n\n\nworld\x0c", "Hello\n\nworld"),
+        ("  \nline one  \nline two\n\x0c", "line one\nline two"),
+        ("", ""),
+    ],
+)
+def test_engine_output_becomes_paragraphs(raw: str, clean: str) -> None:
+    assert clean_text(raw) == clean
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('[ocr]\nenabled = "maybe"', "$.ocr.enabled"),
+        ("[ocr]\ndpi = 20", "dpi must be between 72 and 600"),
+        ('[ocr]\nlanguages = ["eng;rm"]', "not a tesseract language"),
+        ('[ocr]\nenabled = true\nexecutable = "/nonexistent/tesseract"', "executable: no OCR"),
+        ("[parse]\nmax_bytes = 10", "max_bytes must be at least 1024"),
+    ],
+)
+def test_config_errors_name_the_key(text: str, where: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        decode(text)
+    assert where in str(info.value)
