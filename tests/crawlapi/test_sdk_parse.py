@@ -165,12 +165,13 @@ async def test_ocr_required_through_scrape(fc: Firecrawl, sdk: Any, site: SiteSi
     assert info.value.status_code == 422 and info.value.code == "SCRAPE_PDF_OCR_REQUIRED"
 
 
-async def test_a_crawl_reads_office_links(
+async def test_a_crawl_reads_office_links_and_records_a_broken_one(
     fc: Firecrawl, sdk: Any, site: SiteSim, client: httpx.AsyncClient
 ) -> None:
     site.files["/docs/index.html"] = (
         b'<html><body><h1>Docs</h1><a href="/docs/book.xlsx">sheet</a> '
-        b'<a href="/docs/deck.pptx">deck</a> <a href="/docs/memo.docx">memo</a></body></html>',
+        b'<a href="/docs/deck.pptx">deck</a> <a href="/docs/memo.docx">memo</a> '
+        b'<a href="/docs/cut.docx">truncated</a></body></html>',
         "text/html",
     )
     site.files["/docs/book.xlsx"] = (docs.xlsx({"Stock": [["sku", "n"], ["a1", "9"]]}),
@@ -178,6 +179,7 @@ async def test_a_crawl_reads_office_links(
     site.files["/docs/deck.pptx"] = (docs.pptx([("Roadmap slide", "say hello")]),
                                      "application/vnd.ms-powerpoint")  # fmt: skip
     site.files["/docs/memo.docx"] = (docs.docx(["Internal memo body"]), "application/msword")
+    site.files["/docs/cut.docx"] = (docs.docx(["lost"])[:200], "application/octet-stream")
     answer = await client.post("/v2/crawl", json={
         "url": site.url("/docs/index.html"), "limit": 10, "crawlEntireDomain": True,
         "includePaths": ["^/docs/"]})  # fmt: skip
@@ -189,3 +191,9 @@ async def test_a_crawl_reads_office_links(
     assert "say hello" in by_path["docs/deck.pptx"]["markdown"]
     assert "Internal memo body" in by_path["docs/memo.docx"]["markdown"]
     assert by_path["docs/memo.docx"]["metadata"]["engine"] == "document"
+    assert len(data) == 4  # the truncated file is an error of its own, the others arrived
+    errors = (await client.get(f"/v2/crawl/{job}/errors")).json()["errors"]
+    assert [(e["url"].rsplit("/", 1)[-1], e["code"]) for e in errors] == [
+        ("cut.docx", "SCRAPE_UNSUPPORTED_FILE_ERROR")
+    ]
+    assert "damaged or truncated" in errors[0]["error"]
