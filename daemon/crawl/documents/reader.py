@@ -64,6 +64,9 @@ class DocumentReader:
         self.config = config
         self.backend: OcrBackend | None = backend_for(config)
         self.slots = trio.CapacityLimiter(config.concurrency)
+        self.ahead = trio.CapacityLimiter(2 * config.concurrency)
+        """Pages rendered or being OCR'd: the next pages render while the engine reads, and at
+        most twice `concurrency` page images are in memory."""
         self.cache.max_bytes = config.cache_bytes
 
     @property
@@ -181,7 +184,7 @@ class DocumentReader:
             return
         where = "the image" if index < 0 else f"page {index + 1}"
         config = self.config
-        async with self.slots:
+        async with self.ahead:
             image = body
             try:
                 if index >= 0:
@@ -191,15 +194,16 @@ class DocumentReader:
             except Exception as exc:  # PDFium's own error type, or out of memory
                 failures.append(f"{where}: cannot be rendered ({type(exc).__name__})")
                 return
-            try:
-                with trio.fail_after(float(config.page_timeout)):
-                    text = await backend.recognize(image)
-            except trio.TooSlowError:
-                failures.append(f"{where}: longer than {float(config.page_timeout):g}s")
-                return
-            except OcrFailed as exc:
-                failures.append(f"{where}: {exc}")
-                return
+            async with self.slots:
+                try:
+                    with trio.fail_after(float(config.page_timeout)):
+                        text = await backend.recognize(image)
+                except trio.TooSlowError:
+                    failures.append(f"{where}: longer than {float(config.page_timeout):g}s")
+                    return
+                except OcrFailed as exc:
+                    failures.append(f"{where}: {exc}")
+                    return
         self.pages_ocrd += 1
         found[index] = text
         if retain:
