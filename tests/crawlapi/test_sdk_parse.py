@@ -137,6 +137,16 @@ async def test_json_and_other_bodies(client: httpx.AsyncClient) -> None:
     assert answer.status_code == 415  # multipart only where an upload is expected
 
 
+async def test_openapi_documents_the_upload(client: httpx.AsyncClient) -> None:
+    spec = (await client.get("/openapi.json")).json()
+    upload_op = spec["paths"]["/v2/parse"]["post"]
+    form = upload_op["requestBody"]["content"]["multipart/form-data"]["schema"]
+    assert form["$ref"].endswith("/ParseForm")
+    assert {"200", "400", "408", "413", "415", "422"} <= set(upload_op["responses"])
+    assert "available" in json.dumps(spec["components"]["schemas"]["ParseFormatInfo"])
+    assert "422" in spec["paths"]["/v2/scrape"]["post"]["responses"]
+
+
 async def test_the_sdk_refuses_browser_options_itself(fc: Firecrawl, sdk: Any) -> None:
     with pytest.raises(ValueError, match="waitFor"):
         await sdk(fc.parse, make_pdf(["x"]), options=ScrapeOptions(wait_for=100), filename="a.pdf")
