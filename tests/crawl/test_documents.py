@@ -123,6 +123,16 @@ async def test_auto_keeps_text_pages_word_for_word_and_ocrs_the_others(site: Sit
     )
 
 
+async def test_fast_mode_on_a_mixed_pdf_names_the_pages_without_text(site: SiteSim) -> None:
+    doc = await scrape(
+        engine(), site.url("/f/mixed.pdf"), parsers=[{"type": "pdf", "mode": "fast"}]
+    )
+    assert "Native first page" in doc["markdown"] and "Native third page" in doc["markdown"]
+    assert doc["warning"] == (
+        "page 2 has no text layer and was not OCR'd: mode fast reads only the text layer."
+    )
+
+
 async def test_max_pages_and_markers_of_a_text_pdf(site: SiteSim) -> None:
     doc = await scrape(engine(), site.url("/f/four.pdf"),
                        parsers=[{"type": "pdf", "maxPages": 2, "pageMarkers": True}])  # fmt: skip

@@ -121,8 +121,9 @@ class DocumentReader:
                     + ("use mode auto or ocr" if parser.mode == "fast" else "enable [ocr]"),
                 )  # fmt: skip
             if blank:
-                warnings.append(f"pages {page_ranges(blank)} have no text layer and were not "
-                                f"OCR'd: {why}.")  # fmt: skip
+                which = (f"pages {page_ranges(blank)} have no text layer and were" if len(blank) > 1
+                         else f"page {blank[0] + 1} has no text layer and was")  # fmt: skip
+                warnings.append(f"{which} not OCR'd: {why}.")
             missing = []
         if missing:
             found, failures = await self._ocr_pages(body, missing, retain)
