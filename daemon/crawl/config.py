@@ -252,7 +252,8 @@ class OcrConfig(Section, frozen=True):
     dpi: int = 300
     """Resolution PDF pages are rendered at for OCR."""
     max_pixels: int = 40_000_000
-    """Largest page image OCR'd, in pixels (a bigger page is rendered at a lower resolution)."""
+    """Largest page image OCR'd, in pixels: a bigger PDF page is rendered at a lower resolution,
+    a bigger PNG/JPEG/WebP image is refused (TIFF: bounded by max_memory only)."""
     concurrency: int = 2
     """Pages OCR'd at once over all documents (each is one engine process)."""
     page_timeout: Duration = Duration(60)

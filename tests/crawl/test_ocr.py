@@ -147,3 +147,37 @@ def test_config_errors_name_the_key(text: str, where: str) -> None:
     with pytest.raises(ConfigError) as info:
         decode(text)
     assert where in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "options"),
+    [("PNG", {}), ("JPEG", {}), ("JPEG", {"progressive": True}), ("WEBP", {}),
+     ("WEBP", {"lossless": True})],
+)  # fmt: skip
+def test_image_size_is_read_from_the_header(fmt: str, options: dict[str, object]) -> None:
+    import io
+
+    from PIL import Image
+
+    from daemon.crawl.documents.sniff import image_size
+
+    out = io.BytesIO()
+    Image.new("L", (1234, 567), 255).save(out, fmt, **options)
+    assert image_size(out.getvalue()) == (1234, 567)
+    assert image_size(out.getvalue()[:10]) is None
+
+
+async def test_an_image_over_max_pixels_is_refused_before_ocr(tmp_path: Path) -> None:
+    import io
+
+    from PIL import Image
+
+    script = engine_script(tmp_path, 'echo "never"')
+    out = io.BytesIO()
+    Image.new("L", (1500, 1000), 255).save(out, "PNG")
+    with pytest.raises(DocumentError) as info:
+        await reader(script, max_pixels=1_000_000).parse(
+            out.getvalue(), "png", ParserPlan(), retain=True
+        )
+    assert info.value.status == 413 and "1500x1000 pixels" in info.value.message
+    assert not (tmp_path / "count").exists()  # the engine never ran

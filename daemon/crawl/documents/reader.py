@@ -22,7 +22,7 @@ from daemon.crawl.documents.ocr import OcrBackend, OcrCache, OcrFailed, backend_
 from daemon.crawl.documents.office import office_markdown
 from daemon.crawl.documents.parsers import ParserPlan, PdfParser
 from daemon.crawl.documents.pdf import read_pdf, render_page
-from daemon.crawl.documents.sniff import FORMATS
+from daemon.crawl.documents.sniff import FORMATS, image_size
 
 __all__ = ["DocumentReader", "Parsed"]
 
@@ -143,6 +143,12 @@ class DocumentReader:
     async def _image(self, body: bytes, retain: bool) -> Parsed:
         if self.backend is None:
             raise DocumentError(OCR_REQUIRED, f"the file is an image: {self.ocr_off_reason()}")
+        size = image_size(body)
+        if size is not None and size[0] * size[1] > self.config.max_pixels:
+            raise DocumentError(
+                UNSUPPORTED, f"the image is {size[0]}x{size[1]} pixels, over [ocr] max_pixels "
+                f"({self.config.max_pixels})", 413,
+            )  # fmt: skip
         found, failures = await self._ocr_pages(body, [-1], retain)
         if failures:
             raise DocumentError(UNSUPPORTED, f"OCR failed: {failures[0]}")

@@ -9,7 +9,7 @@ from typing import Literal
 import msgspec
 from anydoc._anydoc import format_from_bytes
 
-__all__ = ["FORMATS", "DocFormat", "document_kind", "extension", "media_type"]
+__all__ = ["FORMATS", "DocFormat", "document_kind", "extension", "image_size", "media_type"]
 
 Kind = Literal["document", "image"]
 
@@ -78,6 +78,45 @@ def image_format(body: bytes) -> str | None:
         return "webp"
     if body[:4] in (b"II*\x00", b"MM\x00*"):
         return "tiff"
+    return None
+
+
+def image_size(body: bytes) -> tuple[int, int] | None:
+    """(width, height) from a PNG, JPEG or WebP header, before anything decodes the pixels;
+    None when the header does not say (TIFF, a damaged file)."""
+    if body.startswith(b"\x89PNG\r\n\x1a\n") and body[12:16] == b"IHDR":
+        return int.from_bytes(body[16:20], "big"), int.from_bytes(body[20:24], "big")
+    if body.startswith(b"\xff\xd8"):
+        return _jpeg_size(body)
+    if body[:4] == b"RIFF" and body[8:12] == b"WEBP":
+        chunk = body[12:16]
+        if chunk == b"VP8X" and len(body) >= 30:
+            return 1 + int.from_bytes(body[24:27], "little"), 1 + int.from_bytes(
+                body[27:30], "little"
+            )
+        if chunk == b"VP8 " and len(body) >= 30:
+            return (int.from_bytes(body[26:28], "little") & 0x3FFF,
+                    int.from_bytes(body[28:30], "little") & 0x3FFF)  # fmt: skip
+        if chunk == b"VP8L" and len(body) >= 25:
+            bits = int.from_bytes(body[21:25], "little")
+            return 1 + (bits & 0x3FFF), 1 + ((bits >> 14) & 0x3FFF)
+    return None
+
+
+def _jpeg_size(body: bytes) -> tuple[int, int] | None:
+    i = 2
+    while i + 9 < len(body):
+        if body[i] != 0xFF:
+            return None
+        marker = body[i + 1]
+        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7 or marker == 0xFF:
+            i += 1 if marker == 0xFF else 2
+            continue
+        length = int.from_bytes(body[i + 2 : i + 4], "big")
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            height = int.from_bytes(body[i + 5 : i + 7], "big")
+            return int.from_bytes(body[i + 7 : i + 9], "big"), height
+        i += 2 + length
     return None
 
 
