@@ -69,6 +69,7 @@ class Config(Section, frozen=True):
 def _check_references(config: Config) -> None:
     config.crawl.check_proxies()
     config.crawl.browser.check()
+    config.ocr.check()
     config.collector.check_references()
 
 

@@ -10,6 +10,7 @@
 # prefix through DELETE /v2/cache. Crawl prompts (daemon/crawl/prompts/) read the LLM service too.
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import trio
@@ -24,6 +25,20 @@ from daemon.store import DB_ERRORS, StoreClosed
 _STORE_FAILURES: tuple[type[BaseException], ...] = (*DB_ERRORS, StoreClosed)
 
 log = get_logger("crawl")
+
+
+async def _prune_cache(
+    service: CrawlService, daemon: Daemon, *, task_status: trio.TaskStatus[None]
+) -> None:
+    """The document cache's bounds, applied every [crawl.cache] prune_every."""
+    task_status.started()
+    while True:
+        await trio.sleep(float(service.cache.config.prune_every))
+        try:
+            if gone := await service.cache.prune():
+                log.info("document cache pruned", entries=gone)
+        except _STORE_FAILURES as exc:
+            log.warning("document cache prune failed; trying again later", error=str(exc))
 
 
 def install(daemon: Daemon) -> None:
@@ -78,10 +93,8 @@ def install(daemon: Daemon) -> None:
             search.configure(new.search)
         if "agent" in change.sections_changed:
             agent.configure(new.agent)
-        if "ocr" in change.sections_changed:
-            service.documents.configure(new.ocr)
-        if "parse" in change.sections_changed:
-            service.parse_config = new.parse
+        if {"ocr", "parse"} & set(change.sections_changed):
+            service.configure_documents(new.ocr, new.parse)
 
     async def run_extract(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
         await extract.run(task_status=task_status)
@@ -89,18 +102,8 @@ def install(daemon: Daemon) -> None:
     async def run_agent(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
         await agent.run(task_status=task_status)
 
-    async def run_cache_prune(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
-        task_status.started()
-        while True:
-            await trio.sleep(float(service.cache.config.prune_every))
-            try:
-                if gone := await service.cache.prune():
-                    log.info("document cache pruned", entries=gone)
-            except _STORE_FAILURES as exc:
-                log.warning("document cache prune failed; trying again later", error=str(exc))
-
     daemon.add_component("crawl", run_crawl)
-    daemon.add_component("crawl-cache", run_cache_prune)
+    daemon.add_component("crawl-cache", functools.partial(_prune_cache, service))
     daemon.add_component("extract", run_extract)
     daemon.add_component("agent", run_agent)
     daemon.routes[:0] = (

@@ -17,8 +17,6 @@ from typing import Any, Literal
 
 import msgspec
 
-import msgspec
-
 from daemon.config_types import Duration, Section
 from daemon.crawl.proxies import ProxyServer, proxy_problems
 
@@ -289,11 +287,15 @@ class OcrConfig(Section, frozen=True):
                 raise ValueError(f"languages: {lang!r} is not a tesseract language name")
         if not self.languages:
             raise ValueError("languages: at least one")
+
+    def check(self) -> None:
+        """ValueError naming the key path when `enabled = true` and the engine is not on this
+        machine (checked when the file is read, with the other references)."""
         if self.enabled is True and find_ocr_engine(self.executable) is None:
             raise ValueError(
-                f"executable: no OCR engine found ({self.executable or 'tesseract'} is not on "
-                "PATH); install Debian's tesseract-ocr and tesseract-ocr-eng "
-                '(apt-get install tesseract-ocr tesseract-ocr-eng) or set enabled = "auto"'
+                f"no OCR engine found ({self.executable or 'tesseract'} is not on PATH); install "
+                "Debian's tesseract-ocr and tesseract-ocr-eng (apt-get install tesseract-ocr "
+                'tesseract-ocr-eng) or set enabled = "auto" - at `$.ocr.enabled`'
             )
 
 

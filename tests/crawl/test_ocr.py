@@ -139,7 +139,7 @@ def test_engine_output_becomes_paragraphs(raw: str, clean: str) -> None:
         ('[ocr]\nenabled = "maybe"', "$.ocr.enabled"),
         ("[ocr]\ndpi = 20", "dpi must be between 72 and 600"),
         ('[ocr]\nlanguages = ["eng;rm"]', "not a tesseract language"),
-        ('[ocr]\nenabled = true\nexecutable = "/nonexistent/tesseract"', "executable: no OCR"),
+        ('[ocr]\nenabled = true\nexecutable = "/nonexistent/tesseract"', "at `$.ocr.enabled`"),
         ("[parse]\nmax_bytes = 10", "max_bytes must be at least 1024"),
     ],
 )

@@ -136,6 +136,11 @@ class CrawlService:
         if self.proxy is not None:
             self.proxy.upstream = self.engine.fetcher.proxies
 
+    def configure_documents(self, ocr: OcrConfig, parse: ParseConfig) -> None:
+        """New [ocr] and [parse] settings: files read and uploads taken from now on."""
+        self.documents.configure(ocr)
+        self.parse_config = parse
+
     # -- running ---------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
