@@ -207,3 +207,25 @@ async def test_a_crawl_reads_office_links_and_records_a_broken_one(
         ("cut.docx", "SCRAPE_UNSUPPORTED_FILE_ERROR")
     ]
     assert "damaged or truncated" in errors[0]["error"]
+
+
+async def test_a_reload_applies_ocr_and_the_upload_limit(
+    daemon: Daemon, client: httpx.AsyncClient
+) -> None:
+    import trio
+
+    path = trio.Path(daemon.config.source)
+    text = await path.read_text()
+    text = text.replace("max_bytes = 2500000", "max_bytes = 100000").replace(
+        "dpi = 150", "enabled = false"
+    )
+    await path.write_text(text)
+    assert await daemon.reload()
+    answer = await client.post("/v2/parse", **upload(b"x" * 100_001, "a.csv"))
+    assert answer.status_code == 413 and "100000 bytes" in answer.json()["error"]
+    assert len(SCAN) < 100_000
+    answer = await client.post("/v2/parse", **upload(SCAN))
+    assert answer.status_code == 422 and answer.json()["code"] == "SCRAPE_PDF_OCR_REQUIRED"
+    assert "[ocr] enabled = false" in answer.json()["error"]
+    formats = (await client.get("/v2/parse/formats")).json()["data"]["formats"]
+    assert [f["available"] for f in formats if f["format"] == "png"] == [False]
