@@ -176,6 +176,9 @@ async def test_ocr_off_is_said_not_an_empty_success(site: SiteSim) -> None:
         with pytest.raises(FetchError) as info:
             await scrape(made, site.url(path))
         assert info.value.code == "SCRAPE_PDF_OCR_REQUIRED" and "[ocr]" in info.value.message
+    with pytest.raises(FetchError) as info:
+        await scrape(made, site.url("/f/four.pdf"), parsers=[{"type": "pdf", "mode": "ocr"}])
+    assert info.value.message == "mode ocr needs OCR: OCR is off ([ocr] enabled = false)"
 
 
 @pytest.mark.parametrize(

@@ -115,6 +115,8 @@ class DocumentReader:
             blank = [i for i, p in enumerate(pages) if not p]
             why = "mode fast reads only the text layer" if parser.mode == "fast" else (
                 self.ocr_off_reason())  # fmt: skip
+            if parser.mode == "ocr":
+                raise DocumentError(OCR_REQUIRED, f"mode ocr needs OCR: {why}")
             if pages and len(blank) == len(pages):
                 raise DocumentError(
                     OCR_REQUIRED, f"the PDF has no text layer (a scan): {why}; "
