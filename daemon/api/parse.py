@@ -127,10 +127,13 @@ class ParseHandlers:
         return json(responses.ScrapeResponse(success=True, data=document, warning=warning or None))
 
     async def formats(self, request: Request) -> Response:
-        ocr = self.service.documents.ocr
+        documents = self.service.documents
+        vision = documents.config.engine == "llm"  # a vision model takes no TIFF
         items = [
             ParseFormatInfo(format=f.format, kind=f.kind, extensions=list(f.extensions),
-                            mimeTypes=list(f.mime_types), available=f.kind != "image" or ocr)
+                            mimeTypes=list(f.mime_types),
+                            available=f.kind != "image" or (documents.ocr and not (
+                                vision and f.format == "tiff")))
             for f in FORMATS
         ]  # fmt: skip
         return json(ParseFormats(success=True, data=ParseFormatsData(formats=items)))

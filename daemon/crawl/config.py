@@ -221,7 +221,7 @@ class CrawlConfig(Section, frozen=True):
             raise ValueError("user_agent must be one non-empty line")
 
 
-OCR_ENGINES = ("tesseract",)
+OCR_ENGINES = ("tesseract", "llm")
 
 
 def find_ocr_engine(executable: str) -> str | None:
@@ -240,8 +240,11 @@ class OcrConfig(Section, frozen=True):
     enabled: Literal["auto"] | bool = "auto"
     """"auto": on when the engine is installed; true: required (a missing engine is a config
     error); false: off (scanned pages answer SCRAPE_PDF_OCR_REQUIRED)."""
-    engine: Literal["tesseract"] = "tesseract"
-    """The OCR backend: Debian's tesseract-ocr (Apache-2.0), run as a subprocess per page."""
+    engine: Literal["tesseract", "llm"] = "tesseract"
+    """The OCR backend: Debian's tesseract-ocr (Apache-2.0), run as a subprocess per page; or
+    "llm": the [llm] provider's vision model, one page image per request."""
+    llm_provider: str = ""
+    """With engine = "llm": the [llm.providers] name to ask (empty: the default provider)."""
     executable: str = ""
     """Path or name of the engine; empty: `tesseract` on PATH."""
     languages: list[str] = msgspec.field(default_factory=lambda: ["eng"])
@@ -291,7 +294,11 @@ class OcrConfig(Section, frozen=True):
     def check(self) -> None:
         """ValueError naming the key path when `enabled = true` and the engine is not on this
         machine (checked when the file is read, with the other references)."""
-        if self.enabled is True and find_ocr_engine(self.executable) is None:
+        if (
+            self.engine == "tesseract"
+            and self.enabled is True
+            and (find_ocr_engine(self.executable) is None)
+        ):
             raise ValueError(
                 f"no OCR engine found ({self.executable or 'tesseract'} is not on PATH); install "
                 "Debian's tesseract-ocr and tesseract-ocr-eng (apt-get install tesseract-ocr "

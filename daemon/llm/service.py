@@ -240,6 +240,14 @@ class LlmService:
         metrics.calls.labels(p.name, "summary", "cached" if result.cached else "ok").inc()
         return result
 
+    async def read_image(self, data_url: str, *, provider: str | None = None) -> str:
+        """The text of an image (a PNG/JPEG/WebP data URL) read by the vision model, as markdown."""
+        p = self._provider(provider)
+        body = rules.json_body(p.config.model, rules.image_messages(data_url), "text", None,
+                               max_tokens=p.config.max_output_tokens, temperature=0.0)  # fmt: skip
+        text, _ = rules.answer_text((await self._post(p, body)).body, "text")
+        return (text or "").strip()
+
     async def _cached_call(
         self,
         p: Provider,

@@ -6,6 +6,7 @@ tesseract (same argv and stdin/stdout contract)."""
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 from pathlib import Path
@@ -17,6 +18,7 @@ from daemon.crawl.config import OcrConfig
 from daemon.crawl.documents.errors import DocumentError
 from daemon.crawl.documents.ocr import OcrCache, clean_text
 from daemon.crawl.documents.parsers import ParserPlan, PdfParser
+from daemon.crawl.documents.pdf import render_page
 from daemon.crawl.documents.reader import DocumentReader
 from daemon.settings import ConfigError, decode
 from tests.crawl import documents as docs
@@ -181,3 +183,45 @@ async def test_an_image_over_max_pixels_is_refused_before_ocr(tmp_path: Path) ->
         )
     assert info.value.status == 413 and "1500x1000 pixels" in info.value.message
     assert not (tmp_path / "count").exists()  # the engine never ran
+
+
+async def test_the_llm_vision_backend_reads_pages_as_png(nursery: trio.Nursery) -> None:
+    import base64
+    import functools
+
+    import msgspec
+
+    from daemon.config_types import dec_hook
+    from daemon.fakes.openai_compat import OpenAICompatService, serve_openai_compat
+    from daemon.llm.config import LlmConfig
+    from daemon.llm.service import LlmService
+
+    sim = OpenAICompatService()
+    shutdown = trio.Event()
+    host, port = await nursery.start(
+        functools.partial(serve_openai_compat, sim, "127.0.0.1:0", shutdown=shutdown)
+    )
+    raw = {"base_url": f"http://{host}:{port}/v1", "model": "vision-sim", "retries": 0}
+    llm = LlmService(msgspec.convert(raw, LlmConfig, dec_hook=dec_hook))
+    made = DocumentReader(OcrConfig(engine="llm", dpi=72), llm=llm)
+    assert made.ocr and made.status()["engine"] == "llm"
+    sim.reply("Page one, read by the model", times=1)
+    parsed = await made.parse(SCAN3, "pdf", ParserPlan(PdfParser(max_pages=1)), retain=True)
+    assert parsed.markdown == "Page one, read by the model"
+    content = sim.requests[-1]["messages"][1]["content"]
+    url = content[1]["image_url"]["url"]
+    assert url.startswith("data:image/png;base64,")
+    png = base64.b64decode(url.split(",", 1)[1])
+    from PIL import Image
+
+    decoded = Image.open(io.BytesIO(png))
+    assert decoded.size == (612, 792) and decoded.mode == "L"  # a letter page at 72 dpi
+    pgm = render_page(SCAN3, 0, 72, 40_000_000)
+    assert decoded.tobytes() == pgm.split(b"\n", 3)[3]
+    sim.fail(times=1, status=400)
+    with pytest.raises(DocumentError) as info:
+        await made.parse(docs.scanned_pdf([["x"]]), "pdf", OCR_ALL, retain=True)
+    assert "the vision model failed" in info.value.message
+    assert not DocumentReader(OcrConfig(engine="llm"), llm=LlmService(None)).ocr
+    await llm.aclose()
+    shutdown.set()

@@ -1,17 +1,21 @@
-# OCR backends, behind one small interface so another engine (a vision model, RapidOCR) can be
-# added without touching the reader. Tesseract (Debian's tesseract-ocr, Apache-2.0, models in the
-# .debs, nothing downloaded) runs as one subprocess per page: a trio subprocess is cancellable
-# (a timeout or a cancelled scrape kills it), needs no thread, and its address space is bounded
-# with prlimit so a hostile image fails its page instead of the daemon. Its OpenMP threads are
-# held to one per process: concurrency comes from [ocr] concurrency, not from each process.
-# Recognised text is kept in a small in-memory LRU by the file's SHA-256 and page, so the same
-# file (another URL, an upload, a crawl again) is not OCR'd twice while the daemon runs.
+# OCR backends, behind one small interface: tesseract, or the [llm] provider's vision model for
+# operators who prefer it (another engine, RapidOCR, would be a third class). Tesseract (Debian's
+# tesseract-ocr, Apache-2.0, models in the .debs, nothing downloaded) runs as one subprocess per
+# page: a trio subprocess is cancellable (a timeout or a cancelled scrape kills it), needs no
+# thread, and its address space is bounded with prlimit so a hostile image fails its page instead
+# of the daemon. Its OpenMP threads are held to one per process: concurrency comes from [ocr]
+# concurrency, not from each process. Recognised text is kept in a small in-memory LRU by the
+# file's SHA-256 and page, so the same file (another URL, an upload, a crawl again) is not OCR'd
+# twice while the daemon runs.
 from __future__ import annotations
 
+import base64
 import os
 import shutil
+import struct
+import zlib
 from collections import OrderedDict
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 
@@ -68,10 +72,66 @@ def clean_text(text: str) -> str:
     return "\n".join(out).strip()
 
 
-def backend_for(config: OcrConfig) -> OcrBackend | None:
-    """The configured backend, or None when OCR is off or its engine is not installed."""
+class LlmVision:
+    """The [llm] provider's vision model: one page image per chat request, as a data URL (PDF
+    pages as PNG; PNG, JPEG and WebP images as they are)."""
+
+    def __init__(self, config: OcrConfig, llm: Any) -> None:
+        self.llm = llm
+        self.provider = config.llm_provider or None
+        self.identity = f"llm:{config.llm_provider}:{config.dpi}"
+
+    async def recognize(self, image: bytes) -> str:
+        from daemon.llm.types import LlmError
+
+        media = image_media(image)
+        if media is None:
+            raise OcrFailed("the vision model takes PNG, JPEG or WebP images")
+        if media == "image/x-portable-graymap":
+            image, media = await trio.to_thread.run_sync(pgm_to_png, image), "image/png"
+        url = f"data:{media};base64,{base64.b64encode(image).decode('ascii')}"
+        try:
+            return clean_text(await self.llm.read_image(url, provider=self.provider))
+        except LlmError as exc:
+            raise OcrFailed(f"the vision model failed: {exc.code}: {exc.message}"[:300]) from None
+
+
+def image_media(image: bytes) -> str | None:
+    if image.startswith(b"P5\n"):
+        return "image/x-portable-graymap"
+    if image.startswith(b"\x89PNG"):
+        return "image/png"
+    if image.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if image[:4] == b"RIFF" and image[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def pgm_to_png(pgm: bytes) -> bytes:
+    """A grayscale PNG of the PGM render_page makes ("P5\\n<w> <h>\\n255\\n" and the rows)."""
+    _, size, _, pixels = pgm.split(b"\n", 3)
+    width, height = (int(x) for x in size.split())
+    rows = b"".join(b"\x00" + pixels[y * width : (y + 1) * width] for y in range(height))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows, 6))
+            + chunk(b"IEND", b""))  # fmt: skip
+
+
+def backend_for(config: OcrConfig, llm: Any = None) -> OcrBackend | None:
+    """The configured backend, or None when OCR is off, its engine is not installed or (engine
+    "llm") no [llm] provider is configured."""
     if config.enabled is False:
         return None
+    if config.engine == "llm":
+        usable = llm is not None and llm.configured(config.llm_provider or None)
+        return LlmVision(config, llm) if usable else None
     executable = find_ocr_engine(config.executable)
     return Tesseract(config, executable) if executable is not None else None
 

@@ -53,8 +53,15 @@ class Parsed:
 
 
 class DocumentReader:
-    def __init__(self, config: OcrConfig | None = None, cpu: trio.CapacityLimiter | None = None):
+    def __init__(
+        self,
+        config: OcrConfig | None = None,
+        cpu: trio.CapacityLimiter | None = None,
+        llm: Any = None,
+    ) -> None:
         self.cpu = cpu or trio.CapacityLimiter(2)
+        self.llm = llm
+        """The daemon's LlmService, for [ocr] engine = "llm"."""
         self.cache = OcrCache(0)
         self.configure(config or OcrConfig())
         self.pages_ocrd = 0
@@ -62,7 +69,7 @@ class DocumentReader:
     def configure(self, config: OcrConfig) -> None:
         """New [ocr] settings for documents read from now on."""
         self.config = config
-        self.backend: OcrBackend | None = backend_for(config)
+        self.backend: OcrBackend | None = backend_for(config, self.llm)
         self.slots = trio.CapacityLimiter(config.concurrency)
         self.ahead = trio.CapacityLimiter(2 * config.concurrency)
         """Pages rendered or being OCR'd: the next pages render while the engine reads, and at
@@ -85,6 +92,8 @@ class DocumentReader:
     def ocr_off_reason(self) -> str:
         if self.config.enabled is False:
             return "OCR is off ([ocr] enabled = false)"
+        if self.config.engine == "llm":
+            return 'OCR is not available: [ocr] engine = "llm" and no [llm] provider to ask'
         return "OCR is not available: tesseract is not installed (apt-get install tesseract-ocr)"
 
     async def parse(self, body: bytes, fmt: str, plan: ParserPlan, *, retain: bool) -> Parsed:

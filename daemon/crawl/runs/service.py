@@ -98,7 +98,7 @@ class CrawlService:
             )  # fmt: skip
         self.cache = DocumentCache(config.cache, store, clock_ms)
         self.engine = new_engine(config, resolver, self.browser, llm)
-        self.documents = DocumentReader(ocr, self.engine.cpu)
+        self.documents = DocumentReader(ocr, self.engine.cpu, llm)
         """Files made documents (PDF text, OCR, office files) for every engine and upload."""
         self.tracker = ChangeTracker(store, clock_ms)
         self.engine.maker.cache = self.cache
