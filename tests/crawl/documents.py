@@ -202,3 +202,44 @@ def epub(title: str, chapters: list[str]) -> bytes:
 
 def rtf(paragraphs: list[str]) -> bytes:
     return ("{\\rtf1\\ansi " + "".join(f"{p}\\par " for p in paragraphs) + "}").encode()
+
+
+def _odf(mime: str, body: str) -> bytes:
+    office = "urn:oasis:names:tc:opendocument:xmlns:office:1.0"
+    manifest = "urn:oasis:names:tc:opendocument:xmlns:manifest:1.0"
+    spaces = (f'xmlns:office="{office}" xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" '
+              'xmlns:table="urn:oasis:names:tc:opendocument:xmlns:table:1.0" '
+              'xmlns:draw="urn:oasis:names:tc:opendocument:xmlns:drawing:1.0" '
+              'xmlns:presentation="urn:oasis:names:tc:opendocument:xmlns:presentation:1.0"')  # fmt: skip
+    return _zip({
+        "mimetype": mime,
+        "META-INF/manifest.xml": f'<?xml version="1.0"?><manifest:manifest xmlns:manifest="{manifest}">'
+        f'<manifest:file-entry manifest:full-path="/" manifest:media-type="{mime}"/>'
+        '<manifest:file-entry manifest:full-path="content.xml" manifest:media-type="text/xml"/>'
+        "</manifest:manifest>",
+        "content.xml": f'<?xml version="1.0"?><office:document-content {spaces} office:version="1.2">'
+        f"<office:body>{body}</office:body></office:document-content>",
+    }, stored_first="mimetype")  # fmt: skip
+
+
+def ods(sheets: dict[str, list[list[str]]]) -> bytes:
+    tables = "".join(
+        f'<table:table table:name="{escape(name)}">' + "".join(
+            "<table:table-row>" + "".join(
+                f'<table:table-cell office:value-type="string"><text:p>{escape(v)}</text:p>'
+                "</table:table-cell>" for v in row) + "</table:table-row>"
+            for row in rows) + "</table:table>"
+        for name, rows in sheets.items()
+    )  # fmt: skip
+    return _odf("application/vnd.oasis.opendocument.spreadsheet",
+                f"<office:spreadsheet>{tables}</office:spreadsheet>")  # fmt: skip
+
+
+def odp(slides: list[str]) -> bytes:
+    pages = "".join(
+        f'<draw:page draw:name="s{i}"><draw:frame><draw:text-box><text:p>{escape(text)}</text:p>'
+        "</draw:text-box></draw:frame></draw:page>"
+        for i, text in enumerate(slides, 1)
+    )
+    return _odf("application/vnd.oasis.opendocument.presentation",
+                f"<office:presentation>{pages}</office:presentation>")  # fmt: skip
