@@ -9,7 +9,6 @@
 # job) decides again from what had committed.
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -19,14 +18,14 @@ import trio
 from prometheus_client import Counter
 
 from daemon.cluster import Lease, LeaseLost, fenced
-from daemon.cluster import store as cluster_store
 from daemon.crawl.agent import loop, prompts
 from daemon.crawl.agent import store as astore
 from daemon.crawl.agent.models import decode_plan, wildcard_base
-from daemon.crawl.discovery.robots import Robots, fetch_robots
+from daemon.crawl.discovery.robots import Robots, fetch_scope_robots
 from daemon.crawl.fetching.fetch import FetchError
 from daemon.crawl.fetching.urls import CrawlScope, dedupe_key, parse_http_url
 from daemon.crawl.options import rules
+from daemon.crawl.runs.owned import work_on
 from daemon.jobs import store as jobstore
 from daemon.jobs.store import JobFinished, JobNotFound
 from daemon.llm import LlmError, LlmResult
@@ -34,7 +33,7 @@ from daemon.logs import get_logger
 from daemon.metrics import REGISTRY
 from daemon.redact import redact_url
 from daemon.search import SearchError, SearchQuery
-from daemon.store import DB_ERRORS, Conn, StoreClosed
+from daemon.store import DB_ERRORS, Conn
 
 if TYPE_CHECKING:
     from daemon.crawl.agent.service import AgentService
@@ -98,49 +97,18 @@ class AgentRun:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Work on the job until it has its final status (given here, or by another instance,
-        or by a DELETE); returns early, the job left running, when the daemon stops or the
-        store fails (the service's scan starts it again)."""
-        try:
-            cancel = self.jobs.cancel_requested(self.job_id)
-        except JobNotFound:
-            return
-        outcome: tuple[str, str | None] | None = None
-        async with trio.open_nursery() as nursery:
+        """Work on the job until it has its final status; returns early, the job left running,
+        when the daemon stops or the store fails (the service's scan starts it again)."""
+        seconds = f"{float(self.config.timeout):g}"
+        await work_on(
+            "agent", self.job_id, jobs=self.jobs, store=self.store, cluster=self.service.cluster,
+            work=self._work, finish=self._finish, end=self._end, deadline=self._deadline,
+            failure=AgentFailed, timed_out=f"Agent timed out after {seconds} s ([agent] timeout)",
+            cancelled=CANCELLED,
+        )  # fmt: skip
 
-            async def watch() -> None:
-                await cancel.wait()
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(watch)
-            with trio.move_on_at(self._deadline()) as timed:
-                try:
-                    await self._owned()
-                except (JobFinished, JobNotFound):
-                    self.jobs.detach(self.job_id)
-                except DB_ERRORS as exc:
-                    log.warning("agent job paused by a store error", job=self.job_id,
-                                error=f"{type(exc).__name__}: {exc}")  # fmt: skip
-                    nursery.cancel_scope.cancel()
-                    return
-                except AgentFailed as exc:
-                    outcome = ("failed", str(exc))
-                except Exception as exc:
-                    log.error("agent job failed", job=self.job_id, exc_info=exc)
-                    outcome = ("failed", f"internal error: {type(exc).__name__}")
-            if timed.cancelled_caught:
-                seconds = f"{float(self.config.timeout):g}"
-                outcome = ("failed", f"Agent timed out after {seconds} s ([agent] timeout)")
-            nursery.cancel_scope.cancel()
-        if cancel.is_set():
-            outcome = ("cancelled", CANCELLED)
-        if outcome is not None:
-            await self._finish(*outcome, [{"creditsUsed": await self._credits()}])
-        if self.service.cluster is not None and self.service.cluster.multi:
-            with contextlib.suppress(*DB_ERRORS, StoreClosed):
-                await self.store.write(
-                    lambda c: cluster_store.drop_leases(c, f"agent:{self.job_id}")
-                )
+    async def _end(self, status: str, error: str | None) -> None:
+        await self._finish(status, error, [{"creditsUsed": await self._credits()}])
 
     def _deadline(self) -> float:
         left_ms = self.row.created_ms + float(self.config.timeout) * 1000 - self.service.clock_ms()
@@ -150,7 +118,7 @@ class AgentRun:
         steps = await self.store.read(lambda c: astore.steps(c, self.job_id))
         return steps[-1].credits if steps else 0
 
-    async def _finish(self, status: str, error: str | None, data: list[Any]) -> None:
+    async def _finish(self, status: str, error: str | None, data: list[Any] | None) -> None:
         try:
             await self.jobs.finish(self.job_id, status, error, data=data)  # type: ignore[arg-type]
         except (JobFinished, JobNotFound):
@@ -158,19 +126,6 @@ class AgentRun:
         agent_runs.labels(status).inc()
         log.info("agent job finished", job=self.job_id, status=status, steps=self.steps,
                  error=error)  # fmt: skip
-
-    async def _owned(self) -> None:
-        """Work on the job and give it its final status; in cluster mode all of it under the
-        job's lease, so an instance waiting for it finds the job finished."""
-        cluster = self.service.cluster
-        if cluster is None or not cluster.multi:
-            await self._finish(*await self._work(None))
-            return
-
-        async def owned(lease: Lease) -> None:
-            await self._finish(*await self._work(lease))
-
-        await cluster.run_owned(f"agent:{self.job_id}", owned)
 
     def _check(self, conn: Conn) -> None:
         fenced.check(conn, self.lease)
@@ -185,7 +140,7 @@ class AgentRun:
             raise JobFinished(self.job_id, record.status if record else "gone")
         if self.service.llm is None or not self.service.llm.configured(self.plan.provider):
             raise AgentFailed("no LLM is configured ([llm]) for this agent's model")
-        await self._prepare()
+        await fetch_scope_robots(self.engine.fetcher, self.scopes, self.robots)
         while True:
             row, pages, steps = await self.store.read(self._load)
             if row is None:
@@ -287,14 +242,6 @@ class AgentRun:
         agent_steps.labels(action).inc()
         self.steps += 1
         return done[1]
-
-    async def _prepare(self) -> None:
-        """robots.txt of each `/*` URL's origin (the links under it are checked)."""
-        for i, scope in self.scopes.items():
-            if i not in self.robots:
-                parsed = parse_http_url(scope.start_url)
-                assert parsed is not None
-                self.robots[i] = await fetch_robots(self.engine.fetcher, str(parsed.origin()))
 
     async def _kickoff(self) -> None:
         """Admit the request's URLs (a `/*` URL as its base) to read first, and the results of

@@ -12,7 +12,6 @@
 # This room creates the jobs and keeps one run per running job.
 from __future__ import annotations
 
-import contextlib
 import uuid
 from typing import Any, Protocol
 
@@ -29,12 +28,9 @@ from daemon.crawl.runs.runs import Runs
 from daemon.crawl.runs.service import CrawlService
 from daemon.crawl.search.service import SearchService
 from daemon.jobs.records import iso_ms
-from daemon.jobs.store import JobFinished, JobNotFound, JobRecord
+from daemon.jobs.store import JobRecord
 from daemon.llm import LlmResult
-from daemon.logs import get_logger
-from daemon.store import DB_ERRORS, Conn, wake
-
-log = get_logger("agent")
+from daemon.store import Conn
 
 SCAN_S = 5.0
 """How often running agent jobs without a run here are looked for without a wake-up (a job's
@@ -79,7 +75,12 @@ class AgentService:
         self.cluster: Cluster | None = crawl.cluster
         self.clock_ms = clock_ms
         self._runs: Runs[astore.AgentJobRow, AgentRun] = Runs(
-            "agent", self.jobs, lambda row: AgentRun(self, row)
+            "agent",
+            self.store,
+            self.jobs,
+            astore.running_job_ids,
+            astore.get_job,
+            lambda row: AgentRun(self, row),
         )
         self.runs = self._runs.by_id
         """The agent jobs running here, by job id."""
@@ -112,32 +113,7 @@ class AgentService:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Resume the running agent jobs, then run new ones until cancelled."""
-        try:
-            async with trio.open_nursery() as nursery:
-                self._runs.nursery = nursery
-                wakeups = self.store.wakeups
-                created = wakeups.event(wake.CRAWLS)  # taken before the first look
-                if found := await self._scan():
-                    log.info("working on running agent jobs", jobs=found)
-                task_status.started()
-                await wake.rescan(wakeups, wake.CRAWLS, SCAN_S, self._scan, DB_ERRORS, created)
-        finally:
-            self._runs.stopped()
-
-    async def _scan(self) -> int:
-        ids = await self.store.read(astore.running_job_ids)
-        started = 0
-        for job_id in ids:
-            if job_id in self.runs:
-                continue
-            row = await self.store.read(lambda c, j=job_id: astore.get_job(c, j))  # type: ignore[misc]
-            if row is None:
-                continue
-            with contextlib.suppress(JobNotFound, JobFinished):
-                await self.jobs.attach(job_id)
-                self._runs.spawn(row)
-                started += 1
-        return started
+        await self._runs.serve(SCAN_S, task_status)
 
     async def start(self, plan: AgentPlan) -> str:
         """Create the job (emitting `agent.started`) and start working on it."""

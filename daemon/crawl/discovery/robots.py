@@ -16,6 +16,7 @@ from yarl import URL
 
 from daemon.crawl.content.document import decode_body, media_type
 from daemon.crawl.fetching.fetch import Fetcher, FetchError
+from daemon.crawl.fetching.urls import CrawlScope, parse_http_url
 
 AGENTS = ("FirecrawlAgent", "FireCrawlAgent")
 MAX_CRAWL_DELAY = 60.0
@@ -91,3 +92,15 @@ async def fetch_robots(fetcher: Fetcher, origin: str, *, timeout: float | None =
     if _looks_like_markup(text):
         return Robots.allow_all()
     return Robots.parse(text)
+
+
+async def fetch_scope_robots(
+    fetcher: Fetcher, scopes: dict[int, CrawlScope], robots: dict[int, Robots]
+) -> None:
+    """Put into `robots`, under the scope's key, the robots.txt of each scope's origin not there
+    yet (the `/*` URLs of an extract or agent job: their links are checked against it)."""
+    for key, scope in scopes.items():
+        if key not in robots:
+            parsed = parse_http_url(scope.start_url)
+            assert parsed is not None
+            robots[key] = await fetch_robots(fetcher, str(parsed.origin()))

@@ -5,7 +5,6 @@
 # no page is queued the answers are merged (merge.py) into the job's result.
 from __future__ import annotations
 
-import contextlib
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -15,15 +14,15 @@ import trio
 from prometheus_client import Counter
 
 from daemon.cluster import Lease, LeaseLost, fenced
-from daemon.cluster import store as cluster_store
-from daemon.crawl.discovery.robots import Robots, fetch_robots
+from daemon.crawl.discovery.robots import Robots, fetch_scope_robots
 from daemon.crawl.discovery.sitemap import sitemap_urls
 from daemon.crawl.extract import store as xstore
 from daemon.crawl.extract.merge import merge
 from daemon.crawl.extract.models import decode_plan, instruction, wildcard_base
 from daemon.crawl.fetching.fetch import FetchError
-from daemon.crawl.fetching.urls import CrawlScope, dedupe_key, parse_http_url
+from daemon.crawl.fetching.urls import CrawlScope, dedupe_key
 from daemon.crawl.options import rules
+from daemon.crawl.runs.owned import work_on
 from daemon.crawl.search.service import MAX_QUERY
 from daemon.jobs import store as jobstore
 from daemon.jobs.events import CANCELLED_BY_USER
@@ -33,7 +32,7 @@ from daemon.logs import get_logger
 from daemon.metrics import REGISTRY
 from daemon.redact import redact_url
 from daemon.search import SearchError, SearchQuery
-from daemon.store import DB_ERRORS, Conn, StoreClosed
+from daemon.store import DB_ERRORS, Conn
 
 if TYPE_CHECKING:
     from daemon.crawl.extract.service import ExtractService
@@ -118,49 +117,18 @@ class ExtractRun:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Work on the job until it has its final status (given here, or by another instance,
-        or by a DELETE); returns early, the job left running, when the daemon stops or the
-        store fails (the service's scan starts it again)."""
-        try:
-            cancel = self.jobs.cancel_requested(self.job_id)
-        except JobNotFound:
-            return
-        status: str | None = None
-        error: str | None = None
-        async with trio.open_nursery() as nursery:
+        """Work on the job until it has its final status; returns early, the job left running,
+        when the daemon stops or the store fails (the service's scan starts it again)."""
+        await work_on(
+            "extract", self.job_id, jobs=self.jobs, store=self.store,
+            cluster=self.service.cluster, work=self._work, finish=self._finish, end=self._end,
+            deadline=self._deadline, failure=ExtractFailed,
+            timed_out=f"Extract timed out after {self.plan.timeout} ms",
+            cancelled=CANCELLED_BY_USER,
+        )  # fmt: skip
 
-            async def watch() -> None:
-                await cancel.wait()
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(watch)
-            with trio.move_on_at(self._deadline()) as timed:
-                try:
-                    await self._owned()
-                except (JobFinished, JobNotFound):
-                    self.jobs.detach(self.job_id)
-                except DB_ERRORS as exc:
-                    log.warning("extract job paused by a store error", job=self.job_id,
-                                error=f"{type(exc).__name__}: {exc}")  # fmt: skip
-                    nursery.cancel_scope.cancel()
-                    return
-                except ExtractFailed as exc:
-                    status, error = "failed", str(exc)
-                except Exception as exc:
-                    log.error("extract job failed", job=self.job_id, exc_info=exc)
-                    status, error = "failed", f"internal error: {type(exc).__name__}"
-            if timed.cancelled_caught:
-                status, error = "failed", f"Extract timed out after {self.plan.timeout} ms"
-            nursery.cancel_scope.cancel()
-        if cancel.is_set():
-            status, error = "cancelled", CANCELLED_BY_USER
-        if status is not None:
-            await self._finish(status, error, None)
-        if self.service.cluster is not None and self.service.cluster.multi:
-            with contextlib.suppress(*DB_ERRORS, StoreClosed):
-                await self.store.write(
-                    lambda c: cluster_store.drop_leases(c, f"extract:{self.job_id}")
-                )
+    async def _end(self, status: str, error: str | None) -> None:
+        await self._finish(status, error, None)
 
     def _deadline(self) -> float:
         if self.plan.timeout is None:
@@ -177,25 +145,12 @@ class ExtractRun:
         log.info("extract job finished", job=self.job_id, status=status, pages=self.done,
                  failed=self.failed, error=error)  # fmt: skip
 
-    async def _owned(self) -> None:
-        """Work on the job, merge and give it its final status; in cluster mode all of it
-        under the job's lease, so an instance waiting for it finds the job finished."""
-        cluster = self.service.cluster
-        if cluster is None or not cluster.multi:
-            await self._finish(*await self._work(None))
-            return
-
-        async def owned(lease: Lease) -> None:
-            await self._finish(*await self._work(lease))
-
-        await cluster.run_owned(f"extract:{self.job_id}", owned)
-
     async def _work(self, lease: Lease | None) -> tuple[str, str | None, list[Any] | None]:
         self.lease = lease
         record = await self.jobs.get_job(self.job_id)
         if record is None or record.finished:
             raise JobFinished(self.job_id, record.status if record else "gone")
-        await self._prepare()
+        await fetch_scope_robots(self.engine.fetcher, self.scopes, self.robots)
         if not await self.store.read(lambda c: xstore.kicked_off(c, self.job_id)):
             await self._kickoff()
         self.queue.clear()
@@ -207,15 +162,6 @@ class ExtractRun:
         if self.stopped is not None:
             raise self.stopped
         return await self._merge()
-
-    async def _prepare(self) -> None:
-        """robots.txt of each `/*` URL's origin (its links and sitemap URLs are checked)."""
-        for i, scope in self.scopes.items():
-            if i in self.robots:
-                continue
-            parsed = parse_http_url(scope.start_url)
-            assert parsed is not None
-            self.robots[i] = await fetch_robots(self.engine.fetcher, str(parsed.origin()))
 
     async def _kickoff(self) -> None:
         """Admit the request's URLs (a `/*` URL as its base) and the sitemap URLs in the scope

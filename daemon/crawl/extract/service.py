@@ -21,7 +21,6 @@
 # pages, merge) is daemon/crawl/extract/run.py.
 from __future__ import annotations
 
-import contextlib
 import uuid
 from typing import Any, Protocol
 
@@ -36,12 +35,9 @@ from daemon.crawl.extract.run import ExtractRun
 from daemon.crawl.runs.runs import Runs
 from daemon.crawl.runs.service import CrawlService
 from daemon.crawl.search.service import SearchService
-from daemon.jobs.store import JobFinished, JobNotFound, JobRecord
+from daemon.jobs.store import JobRecord
 from daemon.llm import LlmResult
-from daemon.logs import get_logger
-from daemon.store import DB_ERRORS, Conn, wake
-
-log = get_logger("extract")
+from daemon.store import Conn
 
 SCAN_S = 5.0
 """How often running extract jobs without a run here are looked for without a wake-up (a job's
@@ -79,7 +75,12 @@ class ExtractService:
         self.cluster: Cluster | None = crawl.cluster
         self.clock_ms = clock_ms
         self._runs: Runs[xstore.ExtractJobRow, ExtractRun] = Runs(
-            "extract", self.jobs, lambda row: ExtractRun(self, row)
+            "extract",
+            self.store,
+            self.jobs,
+            xstore.running_job_ids,
+            xstore.get_job,
+            lambda row: ExtractRun(self, row),
         )
         self.runs = self._runs.by_id
         """The extract jobs running here, by job id."""
@@ -96,35 +97,7 @@ class ExtractService:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Resume the running extract jobs, then run new ones until cancelled."""
-        try:
-            async with trio.open_nursery() as nursery:
-                self._runs.nursery = nursery
-                wakeups = self.store.wakeups
-                created = wakeups.event(wake.CRAWLS)  # taken before the first look
-                if found := await self._scan():
-                    log.info("working on running extract jobs", jobs=found)
-                task_status.started()
-                await wake.rescan(wakeups, wake.CRAWLS, SCAN_S, self._scan, DB_ERRORS, created)
-        finally:
-            self._runs.stopped()
-
-    async def _scan(self) -> int:
-        ids = await self.store.read(xstore.running_job_ids)
-        started = 0
-        for job_id in ids:
-            if job_id in self.runs:
-                continue
-            row = await self.store.read(lambda c, j=job_id: xstore.get_job(c, j))  # type: ignore[misc]
-            if row is None:
-                continue
-            with contextlib.suppress(JobNotFound, JobFinished):
-                await self.jobs.attach(job_id)
-                self._spawn(row)
-                started += 1
-        return started
-
-    def _spawn(self, row: xstore.ExtractJobRow) -> None:
-        self._runs.spawn(row)
+        await self._runs.serve(SCAN_S, task_status)
 
     async def start(self, plan: ExtractPlan) -> str:
         """Create the job (emitting `extract.started`) and start working on it."""
@@ -138,7 +111,7 @@ class ExtractService:
         )
         row = await self.store.read(lambda c: xstore.get_job(c, job_id))
         if row is not None:
-            self._spawn(row)
+            self._runs.spawn(row)
         return job_id
 
     async def get(self, job_id: str) -> tuple[JobRecord, xstore.ExtractJobRow] | None:

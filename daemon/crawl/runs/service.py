@@ -12,7 +12,6 @@
 # in /status) instead of failing the daemon, as `enabled = true` does.
 from __future__ import annotations
 
-import contextlib
 import uuid
 from typing import Any
 
@@ -43,7 +42,7 @@ from daemon.jobs import store as jobstore
 from daemon.jobs.manager import JobManager
 from daemon.jobs.store import JobFinished, JobNotFound, JobRecord
 from daemon.logs import get_logger
-from daemon.store import DB_ERRORS, Conn, Store, wake
+from daemon.store import Conn, Store
 
 log = get_logger("crawl")
 
@@ -107,7 +106,9 @@ class CrawlService:
         if self.proxy is not None:  # the browser leaves through the fetcher's proxies
             self.proxy.upstream = self.engine.fetcher.proxies
         self._engines: list[Engine] = [self.engine]
-        self._runs: Runs[crawlstore.CrawlJobRow, JobRun] = Runs("crawl", jobs, self._make_run)
+        self._runs: Runs[crawlstore.CrawlJobRow, JobRun] = Runs(
+            "crawl", store, jobs, crawlstore.running_job_ids, crawlstore.get_job, self._make_run
+        )
         self.runs = self._runs.by_id
         """The crawl and batch jobs running here, by job id."""
         self._create_lock = trio.Lock()
@@ -146,17 +147,8 @@ class CrawlService:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Resume the running crawl and batch jobs, then run new ones until cancelled."""
         try:
-            async with trio.open_nursery() as nursery:
-                self._runs.nursery = nursery
-                await self._start_browser(nursery)
-                wakeups = self.store.wakeups
-                created = wakeups.event(wake.CRAWLS)  # taken before the first look
-                if found := await self._scan():
-                    log.info("working on running crawl jobs", jobs=found)
-                task_status.started()
-                await wake.rescan(wakeups, wake.CRAWLS, SCAN_S, self._scan, DB_ERRORS, created)
+            await self._runs.serve(SCAN_S, task_status, self._start_browser)
         finally:
-            self._runs.stopped()
             with trio.CancelScope(shield=True):
                 for engine in self._engines:
                     await engine.fetcher.aclose()
@@ -194,23 +186,6 @@ class CrawlService:
                 self.browser_choice, enabled=False, reason=f"the browser did not start: {exc}"
             )
             self.configure(self.config)
-
-    async def _scan(self) -> int:
-        """Start a JobRun for each running job without one here; returns how many started."""
-        ids = await self.store.read(crawlstore.running_job_ids)
-        new = [job_id for job_id in ids if job_id not in self.runs]
-        if not new:
-            return 0
-        rows = await self.store.read(lambda c: [crawlstore.get_job(c, job_id) for job_id in new])
-        started = 0
-        for row in rows:
-            if row is None or row.job_id in self.runs:
-                continue
-            with contextlib.suppress(JobNotFound, JobFinished):
-                await self.jobs.attach(row.job_id)
-                self._spawn(row)
-                started += 1
-        return started
 
     def _spawn(self, row: crawlstore.CrawlJobRow) -> None:
         self._runs.spawn(row)
