@@ -7,8 +7,6 @@ and `agent.completed` last and once; the model is asked again only about the cal
 from __future__ import annotations
 
 import functools
-import os
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ from daemon.fakes.searxng import SearxngSim, serve_searxng
 from daemon.fakes.site import SiteSim, serve_site
 from tests.conftest import Deployment
 
-from .test_crash import ROOT, free_port, poll
+from .crawld_process import ROOT, config_head, crawld, free_port, poll, wait_up
 
 pytestmark = pytest.mark.process
 
@@ -35,22 +33,8 @@ KILL_AFTER = 5
 
 def _config(port: int, llm: str, searxng: str, deployment: Deployment) -> str:
     return (
-        f"""
-[daemon]
-state_dir = "state"
-[crawl.browser]
-enabled = false
-[http]
-bind = "127.0.0.1:{port}"
-[collector]
-enabled = false
-[webhooks]
-timeout = "2s"
-retry_schedule = ["10ms", "20ms"]
-allow_cidrs = ["127.0.0.0/8"]
-[crawl]
-allow_cidrs = ["127.0.0.0/8"]
-[search]
+        config_head(port)
+        + f"""[search]
 base_url = "{searxng}"
 retries = 0
 [llm]
@@ -67,16 +51,6 @@ page_chars = 1500
     )
 
 
-async def _up(client: httpx.AsyncClient) -> None:
-    with trio.fail_after(30):
-        while True:
-            try:
-                await client.get("/healthz")
-                return
-            except httpx.TransportError:
-                await trio.sleep(0.05)
-
-
 async def test_kill_9_mid_agent_then_the_same_id_completes_with_each_step_once(
     tmp_path: Path, rx: WebhookReceiver, nursery: trio.Nursery, deployment: Deployment
 ) -> None:
@@ -91,16 +65,13 @@ async def test_kill_9_mid_agent_then_the_same_id_completes_with_each_step_once(
     config_file = tmp_path / "crawld.toml"
     config_file.write_text(_config(port, f"http://{host}:{llm_port}/v1",
                                    f"http://{host}:{search_port}", deployment))  # fmt: skip
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "STATE_DIRECTORY")}  # fmt: skip
-    env.update(deployment.env)
-    command = [sys.executable, "-m", "daemon", "run", "--config", str(config_file)]
+    command, env = crawld(config_file, deployment)
 
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", trust_env=False,
                                  timeout=10) as client:  # fmt: skip
         first = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
         try:
-            await _up(client)
+            await wait_up(client)
             body = {"prompt": "Page titles of the tree", "schema": SCHEMA, "webhook": rx.url()}
             job_id = (await client.post("/v2/agent", json=body)).json()["id"]
             with trio.fail_after(60):
@@ -115,7 +86,7 @@ async def test_kill_9_mid_agent_then_the_same_id_completes_with_each_step_once(
 
         second = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
         try:
-            await _up(client)
+            await wait_up(client)
             with trio.fail_after(90):
                 while (status := (await client.get(f"/v2/agent/{job_id}")).json())[
                     "status"

@@ -17,7 +17,7 @@ import trio
 from daemon.crawl.rendering.browser import DIR_PREFIX
 from daemon.fakes.site import SiteSim, serve_site
 from tests.crawl.conftest import live_browser_processes, need_chromium
-from tests.crawlapi.test_crash import free_port, poll
+from tests.crawlapi.crawld_process import free_port, poll
 
 pytestmark = [pytest.mark.process, pytest.mark.browser]
 ROOT = Path(__file__).resolve().parents[2]

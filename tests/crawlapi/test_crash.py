@@ -6,10 +6,7 @@ events in order."""
 from __future__ import annotations
 
 import functools
-import os
 import signal
-import socket
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -22,23 +19,12 @@ from daemon.fakes.receiver import WebhookReceiver
 from daemon.fakes.site import SiteSim, serve_site
 from tests.conftest import Deployment
 
+from .crawld_process import ROOT, config_head, crawld, free_port, poll, wait_up
+
 pytestmark = pytest.mark.process
 
-ROOT = Path(__file__).resolve().parents[2]
 PAGES = 500
 CONCURRENCY = 4
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-async def poll(predicate: Any, timeout: float) -> None:
-    with trio.fail_after(timeout):
-        while not predicate():
-            await trio.sleep(0.01)
 
 
 async def all_documents(client: httpx.AsyncClient, job_id: str) -> list[dict[str, Any]]:
@@ -58,30 +44,8 @@ async def test_kill_9_mid_crawl_then_restart_completes_exactly_once(
     await nursery.start(functools.partial(serve_site, site))
     port = free_port()
     config_file = tmp_path / "crawld.toml"
-    config_file.write_text(
-        f"""
-[daemon]
-state_dir = "state"
-[crawl.browser]
-enabled = false
-[http]
-bind = "127.0.0.1:{port}"
-[collector]
-enabled = false
-[webhooks]
-timeout = "2s"
-retry_schedule = ["10ms", "20ms"]
-allow_cidrs = ["127.0.0.0/8"]
-[crawl]
-allow_cidrs = ["127.0.0.0/8"]
-concurrency = {CONCURRENCY}
-"""
-        + deployment.toml
-    )
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "STATE_DIRECTORY")}  # fmt: skip
-    env.update(deployment.env)
-    command = [sys.executable, "-m", "daemon", "run", "--config", str(config_file)]
+    config_file.write_text(config_head(port) + f"concurrency = {CONCURRENCY}\n" + deployment.toml)
+    command, env = crawld(config_file, deployment)
     base = f"http://127.0.0.1:{port}"
     start = f"http://127.0.0.1:{site.port}/pages/0"
     rx.delay_next(PAGES, 0.002)  # the receiver lags a little: events are pending at the kill
@@ -90,19 +54,9 @@ concurrency = {CONCURRENCY}
         return sum(n for path, n in site.counts.items() if path.startswith("/pages/"))
 
     async with httpx.AsyncClient(base_url=base, trust_env=False, timeout=10) as client:
-
-        async def up() -> None:
-            with trio.fail_after(30):
-                while True:
-                    try:
-                        await client.get("/healthz")
-                        return
-                    except httpx.TransportError:
-                        await trio.sleep(0.05)
-
         first = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
         try:
-            await up()
+            await wait_up(client)
             body = {"url": start, "sitemap": "skip", "crawlEntireDomain": True,
                     "includePaths": ["^/pages/"], "webhook": rx.url()}  # fmt: skip
             job_id = (await client.post("/v2/crawl", json=body)).json()["id"]
@@ -117,7 +71,7 @@ concurrency = {CONCURRENCY}
 
         second = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
         try:
-            await up()
+            await wait_up(client)
             with trio.fail_after(60):
                 while (await client.get(f"/v2/crawl/{job_id}?limit=1")).json()[
                     "status"

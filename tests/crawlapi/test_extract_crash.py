@@ -6,8 +6,6 @@ in flight at the kill are asked twice. The webhook events arrive in order, once 
 from __future__ import annotations
 
 import functools
-import os
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -20,7 +18,7 @@ from daemon.fakes.receiver import WebhookReceiver
 from daemon.fakes.site import SiteSim, serve_site
 from tests.conftest import Deployment
 
-from .test_crash import ROOT, free_port, poll
+from .crawld_process import ROOT, config_head, crawld, free_port, poll, wait_up
 
 pytestmark = pytest.mark.process
 
@@ -45,22 +43,8 @@ async def test_kill_9_mid_extract_then_the_same_id_completes_without_asking_agai
     port = free_port()
     config_file = tmp_path / "crawld.toml"
     config_file.write_text(
-        f"""
-[daemon]
-state_dir = "state"
-[crawl.browser]
-enabled = false
-[http]
-bind = "127.0.0.1:{port}"
-[collector]
-enabled = false
-[webhooks]
-timeout = "2s"
-retry_schedule = ["10ms", "20ms"]
-allow_cidrs = ["127.0.0.0/8"]
-[crawl]
-allow_cidrs = ["127.0.0.0/8"]
-concurrency = 4
+        config_head(port)
+        + f"""concurrency = 4
 [llm]
 base_url = "http://{host}:{llm_port}/v1"
 model = "sim"
@@ -69,26 +53,13 @@ max_concurrency = {LLM_CONCURRENCY}
 """
         + deployment.toml
     )
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "STATE_DIRECTORY")}  # fmt: skip
-    env.update(deployment.env)
-    command = [sys.executable, "-m", "daemon", "run", "--config", str(config_file)]
+    command, env = crawld(config_file, deployment)
     base = f"http://127.0.0.1:{port}"
 
     async with httpx.AsyncClient(base_url=base, trust_env=False, timeout=10) as client:
-
-        async def up() -> None:
-            with trio.fail_after(30):
-                while True:
-                    try:
-                        await client.get("/healthz")
-                        return
-                    except httpx.TransportError:
-                        await trio.sleep(0.05)
-
         first = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
         try:
-            await up()
+            await wait_up(client)
             body = {"urls": [f"http://127.0.0.1:{site.port}/pages/*"], "schema": SCHEMA,
                     "showSources": True, "webhook": rx.url(), "limit": PAGES + 1}  # fmt: skip
             job_id = (await client.post("/v2/extract", json=body)).json()["id"]
@@ -114,7 +85,7 @@ max_concurrency = {LLM_CONCURRENCY}
 
         second = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
         try:
-            await up()
+            await wait_up(client)
             with trio.fail_after(90):
                 while (status := (await client.get(f"/v2/extract/{job_id}")).json())[
                     "status"

@@ -6,9 +6,7 @@ commits), and the same batch once more is answered from the store without a mode
 from __future__ import annotations
 
 import functools
-import os
 import signal
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -20,11 +18,11 @@ from daemon.fakes.openai_compat import OpenAICompatService, page_text, serve_ope
 from daemon.fakes.site import SiteSim, serve_site
 from daemon.store import Store
 from tests.conftest import Deployment
-from tests.crawlapi.test_crash import all_documents, free_port, poll
+from tests.crawlapi.crawld_process import ROOT, crawld, free_port, poll, wait_up
+from tests.crawlapi.test_crash import all_documents
 
 pytestmark = pytest.mark.process
 
-ROOT = Path(__file__).resolve().parents[2]
 PAGES = 60
 MODEL_CONCURRENCY = 4
 SCHEMA = {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}
@@ -61,27 +59,14 @@ max_concurrency = {MODEL_CONCURRENCY}
 """
         + deployment.toml
     )
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "STATE_DIRECTORY")}  # fmt: skip
-    env.update(deployment.env)
-    command = [sys.executable, "-m", "daemon", "run", "--config", str(config_file)]
+    command, env = crawld(config_file, deployment)
     urls = [f"http://127.0.0.1:{site.port}/pages/{i}" for i in range(1, PAGES + 1)]
 
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", trust_env=False,
                                  timeout=10) as client:  # fmt: skip
-
-        async def up() -> None:
-            with trio.fail_after(30):
-                while True:
-                    try:
-                        await client.get("/healthz")
-                        return
-                    except httpx.TransportError:
-                        await trio.sleep(0.05)
-
         first = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
         try:
-            await up()
+            await wait_up(client)
             body = {"urls": urls, "formats": ["markdown", {"type": "json", "schema": SCHEMA}]}
             job_id = (await client.post("/v2/batch/scrape", json=body)).json()["id"]
             await poll(lambda: len(model.delays) >= PAGES // 3, 30)
@@ -105,7 +90,7 @@ max_concurrency = {MODEL_CONCURRENCY}
 
         second = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
         try:
-            await up()
+            await wait_up(client)
             with trio.fail_after(60):
                 while (await client.get(f"/v2/batch/scrape/{job_id}?limit=1")).json()[
                     "status"
