@@ -15,6 +15,7 @@ from firecrawl import Firecrawl
 
 from daemon.app import Daemon
 from daemon.crawl.runs.service import CrawlService
+from daemon.fakes.openai_compat import OpenAICompatService, serve_openai_compat
 from daemon.fakes.receiver import WebhookReceiver, open_receiver
 from daemon.fakes.site import SiteSim, host_map_resolver, serve_site
 from tests.conftest import serve_daemon
@@ -51,6 +52,18 @@ async def site(nursery: trio.Nursery) -> AsyncIterator[SiteSim]:
     await nursery.start(functools.partial(serve_site, sim, shutdown=stop))
     yield sim
     stop.set()
+
+
+@pytest.fixture
+async def llm(nursery: trio.Nursery) -> AsyncIterator[tuple[OpenAICompatService, str]]:
+    """The OpenAI-compatible model simulator: (the simulator, its base URL for `[llm]`)."""
+    service = OpenAICompatService()
+    shutdown = trio.Event()
+    host, port = await nursery.start(
+        functools.partial(serve_openai_compat, service, "127.0.0.1:0", shutdown=shutdown)
+    )
+    yield service, f"http://{host}:{port}/v1"
+    shutdown.set()
 
 
 @pytest.fixture

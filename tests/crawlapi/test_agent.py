@@ -8,7 +8,7 @@ test_mcp_agent_js.py runs the real one)."""
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -20,7 +20,7 @@ from firecrawl.v2.types import AgentWebhookConfig
 
 from daemon.app import Daemon
 from daemon.crawl.agent.service import AgentService
-from daemon.fakes.openai_compat import OpenAICompatService, serve_openai_compat
+from daemon.fakes.openai_compat import OpenAICompatService
 from daemon.fakes.receiver import WebhookReceiver
 from daemon.fakes.searxng import SearxngSim, serve_searxng
 from daemon.fakes.site import SiteSim
@@ -66,17 +66,6 @@ async def searxng(nursery: trio.Nursery, pages: SiteSim) -> SearxngSim:
     host, port = await nursery.start(functools.partial(serve_searxng, sim))
     sim.address = f"http://{host}:{port}"  # type: ignore[attr-defined]
     return sim
-
-
-@pytest.fixture
-async def llm(nursery: trio.Nursery) -> AsyncIterator[tuple[OpenAICompatService, str]]:
-    service = OpenAICompatService()
-    shutdown = trio.Event()
-    host, port = await nursery.start(
-        functools.partial(serve_openai_compat, service, "127.0.0.1:0", shutdown=shutdown)
-    )
-    yield service, f"http://{host}:{port}/v1"
-    shutdown.set()
 
 
 LLM = 'cache_ttl = "0s"\nretries = 0\nmax_output_tokens = 256\n'

@@ -4,14 +4,10 @@ while one given urls runs without searching; the routes are in /openapi.json eit
 
 from __future__ import annotations
 
-import functools
-from collections.abc import AsyncIterator
-
 import httpx
 import pytest
-import trio
 
-from daemon.fakes.openai_compat import OpenAICompatService, serve_openai_compat
+from daemon.fakes.openai_compat import OpenAICompatService
 from daemon.fakes.site import SiteSim
 
 from .conftest import CONFIG
@@ -32,16 +28,6 @@ async def test_without_llm_a_post_names_the_llm(client: httpx.AsyncClient) -> No
 
 
 class TestWithoutSearch:
-    @pytest.fixture
-    async def llm(self, nursery: trio.Nursery) -> AsyncIterator[tuple[OpenAICompatService, str]]:
-        service = OpenAICompatService()
-        shutdown = trio.Event()
-        host, port = await nursery.start(
-            functools.partial(serve_openai_compat, service, "127.0.0.1:0", shutdown=shutdown)
-        )
-        yield service, f"http://{host}:{port}/v1"
-        shutdown.set()
-
     @pytest.fixture
     def crawl_config(self, llm: tuple[OpenAICompatService, str]) -> str:
         return CONFIG + f'[llm]\nbase_url = "{llm[1]}"\nmodel = "sim"\ncache_ttl = "0s"\n'

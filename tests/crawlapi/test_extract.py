@@ -5,13 +5,12 @@ simulator as its model) and firecrawl-py 4.55: `extract` (which polls), `start_e
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
 import sys
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from firecrawl.v2.utils.error_handler import FirecrawlError
 
 from daemon.app import Daemon
 from daemon.crawl.extract.service import ExtractService
-from daemon.fakes.openai_compat import OpenAICompatService, serve_openai_compat
+from daemon.fakes.openai_compat import OpenAICompatService
 from daemon.fakes.receiver import WebhookReceiver
 from daemon.fakes.site import SiteSim
 
@@ -57,17 +56,6 @@ SHOP = {
     "/solo": _page("Solo", "<p>name: Solo Corp</p><ul><li>Thing</li></ul>"),
     "/empty": (b"<html><body></body></html>", "text/html"),
 }
-
-
-@pytest.fixture
-async def llm(nursery: trio.Nursery) -> AsyncIterator[tuple[OpenAICompatService, str]]:
-    service = OpenAICompatService()
-    shutdown = trio.Event()
-    host, port = await nursery.start(
-        functools.partial(serve_openai_compat, service, "127.0.0.1:0", shutdown=shutdown)
-    )
-    yield service, f"http://{host}:{port}/v1"
-    shutdown.set()
 
 
 @pytest.fixture

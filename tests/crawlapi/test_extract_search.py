@@ -5,14 +5,13 @@ fails or finds nothing is a clear job failure (or, next to urls, an entry of the
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 import trio
 
-from daemon.fakes.openai_compat import OpenAICompatService, serve_openai_compat
+from daemon.fakes.openai_compat import OpenAICompatService
 from daemon.fakes.searxng import SearxngSim, serve_searxng
 from daemon.fakes.site import SiteSim
 
@@ -29,17 +28,6 @@ async def searxng(nursery: trio.Nursery, site: SiteSim) -> SearxngSim:
     host, port = await nursery.start(functools.partial(serve_searxng, sim))
     sim.address = f"http://{host}:{port}"  # type: ignore[attr-defined]
     return sim
-
-
-@pytest.fixture
-async def llm(nursery: trio.Nursery) -> AsyncIterator[tuple[OpenAICompatService, str]]:
-    service = OpenAICompatService()
-    shutdown = trio.Event()
-    host, port = await nursery.start(
-        functools.partial(serve_openai_compat, service, "127.0.0.1:0", shutdown=shutdown)
-    )
-    yield service, f"http://{host}:{port}/v1"
-    shutdown.set()
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from daemon.fakes.openai_compat import OpenAICompatService
 from daemon.fakes.searxng import SearxngSim
 from daemon.fakes.site import SiteSim
 from tests.crawlapi.conftest import CONFIG
-from tests.crawlapi.test_agent import AGENT, LLM, llm, pages, searxng, sim  # noqa: F401
+from tests.crawlapi.test_agent import AGENT, LLM, pages, searxng, sim  # noqa: F401
 from tests.crawlapi.test_sdk_js import JS, KEY, KEY_ENV, node_or_fail
 
 pytestmark = pytest.mark.node  # drives Node: the SDKs' wire formats, not the store
@@ -45,7 +45,7 @@ def api_key(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
 @pytest.fixture
 def crawl_config(
     searxng: SearxngSim,  # noqa: F811
-    llm: tuple[OpenAICompatService, str],  # noqa: F811
+    llm: tuple[OpenAICompatService, str],
     api_key: str | None,
 ) -> str:
     config = (
