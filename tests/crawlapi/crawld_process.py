@@ -1,12 +1,15 @@
 """A real crawld process for the kill -9 tests (test_crash.py, test_extract_crash.py,
 test_agent_crash.py, tests/llm/test_crash.py): a free port, its config's common head, its
-environment and command, waiting for it to answer, and polling for what it did."""
+environment and command, starting it and waiting for it to answer, and polling for what it
+did."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +72,18 @@ async def wait_up(client: httpx.AsyncClient) -> None:
                 return
             except httpx.TransportError:
                 await trio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def running(
+    command: list[str], env: dict[str, str], client: httpx.AsyncClient
+) -> AsyncIterator[trio.Process]:
+    """The crawld process of `command`, once it answers at `client`'s base URL; killed on the
+    way out unless the test ended it."""
+    process = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
+    try:
+        await wait_up(client)
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()

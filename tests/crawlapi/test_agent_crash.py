@@ -21,7 +21,7 @@ from daemon.fakes.searxng import SearxngSim, serve_searxng
 from daemon.fakes.site import SiteSim, serve_site
 from tests.conftest import Deployment
 
-from .crawld_process import ROOT, config_head, crawld, free_port, poll, wait_up
+from .crawld_process import config_head, crawld, free_port, poll, running
 
 pytestmark = pytest.mark.process
 
@@ -69,9 +69,7 @@ async def test_kill_9_mid_agent_then_the_same_id_completes_with_each_step_once(
 
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", trust_env=False,
                                  timeout=10) as client:  # fmt: skip
-        first = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
-        try:
-            await wait_up(client)
+        async with running(command, env, client) as first:
             body = {"prompt": "Page titles of the tree", "schema": SCHEMA, "webhook": rx.url()}
             job_id = (await client.post("/v2/agent", json=body)).json()["id"]
             with trio.fail_after(60):
@@ -79,14 +77,9 @@ async def test_kill_9_mid_agent_then_the_same_id_completes_with_each_step_once(
                     await trio.sleep(0.01)
             first.kill()  # SIGKILL: no cleanup of any kind
             await first.wait()
-        finally:
-            if first.returncode is None:
-                first.kill()
         asked_before = len(sim.requests)
 
-        second = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
-        try:
-            await wait_up(client)
+        async with running(command, env, client) as second:
             with trio.fail_after(90):
                 while (status := (await client.get(f"/v2/agent/{job_id}")).json())[
                     "status"
@@ -97,9 +90,6 @@ async def test_kill_9_mid_agent_then_the_same_id_completes_with_each_step_once(
             second.terminate()
             with trio.fail_after(30):
                 await second.wait()
-        finally:
-            if second.returncode is None:
-                second.kill()
 
     assert status["status"] == "completed", status
     assert status["data"]["title"] and status["sources"]

@@ -19,7 +19,7 @@ from daemon.fakes.receiver import WebhookReceiver
 from daemon.fakes.site import SiteSim, serve_site
 from tests.conftest import Deployment
 
-from .crawld_process import ROOT, config_head, crawld, free_port, poll, wait_up
+from .crawld_process import config_head, crawld, free_port, poll, running
 
 pytestmark = pytest.mark.process
 
@@ -54,24 +54,17 @@ async def test_kill_9_mid_crawl_then_restart_completes_exactly_once(
         return sum(n for path, n in site.counts.items() if path.startswith("/pages/"))
 
     async with httpx.AsyncClient(base_url=base, trust_env=False, timeout=10) as client:
-        first = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
-        try:
-            await wait_up(client)
+        async with running(command, env, client) as first:
             body = {"url": start, "sitemap": "skip", "crawlEntireDomain": True,
                     "includePaths": ["^/pages/"], "webhook": rx.url()}  # fmt: skip
             job_id = (await client.post("/v2/crawl", json=body)).json()["id"]
             await poll(lambda: tree_hits() >= 150, 30)
             first.kill()  # SIGKILL: no cleanup of any kind
             await first.wait()
-        finally:
-            if first.returncode is None:
-                first.kill()
         at_kill = tree_hits()
         assert at_kill < PAGES, "the crawl finished before the kill"
 
-        second = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
-        try:
-            await wait_up(client)
+        async with running(command, env, client) as second:
             with trio.fail_after(60):
                 while (await client.get(f"/v2/crawl/{job_id}?limit=1")).json()[
                     "status"
@@ -83,9 +76,6 @@ async def test_kill_9_mid_crawl_then_restart_completes_exactly_once(
             second.send_signal(signal.SIGTERM)
             with trio.fail_after(30):
                 assert await second.wait() == 0
-        finally:
-            if second.returncode is None:
-                second.kill()
 
     assert status["status"] == "completed"
     sources = [d["metadata"]["sourceURL"] for d in docs]

@@ -18,7 +18,7 @@ from daemon.fakes.receiver import WebhookReceiver
 from daemon.fakes.site import SiteSim, serve_site
 from tests.conftest import Deployment
 
-from .crawld_process import ROOT, config_head, crawld, free_port, poll, wait_up
+from .crawld_process import config_head, crawld, free_port, poll, running
 
 pytestmark = pytest.mark.process
 
@@ -57,9 +57,7 @@ max_concurrency = {LLM_CONCURRENCY}
     base = f"http://127.0.0.1:{port}"
 
     async with httpx.AsyncClient(base_url=base, trust_env=False, timeout=10) as client:
-        first = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
-        try:
-            await wait_up(client)
+        async with running(command, env, client) as first:
             body = {"urls": [f"http://127.0.0.1:{site.port}/pages/*"], "schema": SCHEMA,
                     "showSources": True, "webhook": rx.url(), "limit": PAGES + 1}  # fmt: skip
             job_id = (await client.post("/v2/extract", json=body)).json()["id"]
@@ -77,15 +75,10 @@ max_concurrency = {LLM_CONCURRENCY}
                     await trio.sleep(0.01)
             first.kill()  # SIGKILL: no cleanup of any kind
             await first.wait()
-        finally:
-            if first.returncode is None:
-                first.kill()
         asked_before = Counter(_page_of(r) for r in sim.requests)
         assert len(asked_before) < PAGES, "the extract finished before the kill"
 
-        second = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
-        try:
-            await wait_up(client)
+        async with running(command, env, client) as second:
             with trio.fail_after(90):
                 while (status := (await client.get(f"/v2/extract/{job_id}")).json())[
                     "status"
@@ -96,9 +89,6 @@ max_concurrency = {LLM_CONCURRENCY}
             second.terminate()
             with trio.fail_after(30):
                 await second.wait()
-        finally:
-            if second.returncode is None:
-                second.kill()
 
     assert status["status"] == "completed", status
     asked = Counter(_page_of(r) for r in sim.requests)

@@ -18,7 +18,7 @@ from daemon.fakes.openai_compat import OpenAICompatService, page_text, serve_ope
 from daemon.fakes.site import SiteSim, serve_site
 from daemon.store import Store
 from tests.conftest import Deployment
-from tests.crawlapi.crawld_process import ROOT, crawld, free_port, poll, wait_up
+from tests.crawlapi.crawld_process import crawld, free_port, poll, running
 from tests.crawlapi.test_crash import all_documents
 
 pytestmark = pytest.mark.process
@@ -64,17 +64,12 @@ max_concurrency = {MODEL_CONCURRENCY}
 
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", trust_env=False,
                                  timeout=10) as client:  # fmt: skip
-        first = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
-        try:
-            await wait_up(client)
+        async with running(command, env, client) as first:
             body = {"urls": urls, "formats": ["markdown", {"type": "json", "schema": SCHEMA}]}
             job_id = (await client.post("/v2/batch/scrape", json=body)).json()["id"]
             await poll(lambda: len(model.delays) >= PAGES // 3, 30)
             first.kill()  # SIGKILL: no cleanup of any kind
             await first.wait()
-        finally:
-            if first.returncode is None:
-                first.kill()
         asked_before = len(model.requests)
         assert asked_before < PAGES, "the batch finished before the kill"
         # answers in the store at the kill: asked, answered and committed (each asked once)
@@ -88,9 +83,7 @@ max_concurrency = {MODEL_CONCURRENCY}
             store.close()
         cached_at_kill = kept[0]
 
-        second = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
-        try:
-            await wait_up(client)
+        async with running(command, env, client) as second:
             with trio.fail_after(60):
                 while (await client.get(f"/v2/batch/scrape/{job_id}?limit=1")).json()[
                     "status"
@@ -111,9 +104,6 @@ max_concurrency = {MODEL_CONCURRENCY}
             second.send_signal(signal.SIGTERM)
             with trio.fail_after(30):
                 assert await second.wait() == 0
-        finally:
-            if second.returncode is None:
-                second.kill()
 
     assert status["status"] == "completed" and len(docs) == PAGES
     for doc in docs:
