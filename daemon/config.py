@@ -204,6 +204,7 @@ WebhookEvent = Literal[
     "extract.started", "extract.completed", "extract.failed",
     "action", "cancelled",
     "agent.started", "agent.action", "agent.completed", "agent.failed", "agent.cancelled",
+    "monitor.page", "monitor.check.completed",
 ]  # fmt: skip
 
 

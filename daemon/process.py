@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from daemon.collector.service import Collector
     from daemon.crawl.agent.service import AgentService
     from daemon.crawl.extract.service import ExtractService
+    from daemon.crawl.monitors.service import MonitorService
     from daemon.crawl.prompts.service import CrawlPrompts
     from daemon.crawl.runs.service import CrawlService
     from daemon.crawl.search.service import SearchService
@@ -52,6 +53,7 @@ class Parts(TypedDict, total=False):
     search: SearchService
     extract: ExtractService
     agent: AgentService
+    monitors: MonitorService
     ui: Sessions
     queue_history: QueueHistory
 

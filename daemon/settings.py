@@ -33,6 +33,7 @@ from daemon.config import (
 from daemon.config_types import Section, dec_hook
 from daemon.crawl.agent.config import AgentConfig
 from daemon.crawl.config import CrawlConfig, OcrConfig, ParseConfig
+from daemon.crawl.monitors.config import MonitorConfig
 from daemon.llm.config import LlmConfig
 from daemon.search.config import SearchConfig
 from daemon.tracker.config import TrackerConfig
@@ -58,6 +59,7 @@ class Config(Section, frozen=True):
     parse: ParseConfig = ParseConfig()
     search: SearchConfig = SearchConfig()
     agent: AgentConfig = AgentConfig()
+    monitor: MonitorConfig = MonitorConfig()
     jobs: JobsConfig = JobsConfig()
     webhooks: WebhooksConfig = WebhooksConfig()
     llm: LlmConfig | None = None

@@ -33,6 +33,7 @@ ROOMS = [
     "search",  # /v2/search
     "extract",  # /v2/extract jobs
     "agent",  # /v2/agent jobs: search, read, choose, answer
+    "monitors",  # /v2/monitor: schedules, checks, page diffs
 ]
 
 

@@ -8,10 +8,12 @@
 # with the LLM service, and so do /v2/agent jobs (daemon/crawl/agent/service.py), which search
 # through the same [search] provider. The document cache is pruned by its own task and emptied by
 # prefix through DELETE /v2/cache. Crawl prompts (daemon/crawl/prompts/) read the LLM service too.
+# Monitors (/v2/monitor, daemon/crawl/monitors/) schedule checks that run on the same engine and
+# crawl service.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -21,6 +23,9 @@ from daemon.logs import get_logger
 from daemon.process import Daemon
 from daemon.settings import Config, ConfigDiff
 from daemon.store import DB_ERRORS, StoreClosed
+
+if TYPE_CHECKING:
+    from daemon.crawl.monitors.service import MonitorService
 
 _STORE_FAILURES: tuple[type[BaseException], ...] = (*DB_ERRORS, StoreClosed)
 
@@ -71,6 +76,7 @@ def install(daemon: Daemon) -> None:
     daemon.parts["extract"] = extract
     agent = AgentService(service, daemon.llm, search, daemon.config.agent)
     daemon.parts["agent"] = agent
+    monitors = _install_monitors(daemon, service, search)
 
     async def run_crawl(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
         await service.run(task_status=task_status)
@@ -78,7 +84,7 @@ def install(daemon: Daemon) -> None:
     async def crawl_section() -> dict[str, Any]:
         return {**await service.status(), "search": search.status(),
                 "extract": extract.status(), "agent": agent.status(),
-                "prompts": prompts.status()}  # fmt: skip
+                "prompts": prompts.status(), "monitors": monitors.status()}  # fmt: skip
 
     async def on_reload(old: Config, new: Config, change: ConfigDiff) -> None:
         if new.crawl.enabled and (
@@ -116,3 +122,32 @@ def install(daemon: Daemon) -> None:
     daemon.jobs.add_canceller(agent.cancel)
     daemon.status_sections["crawl"] = crawl_section
     daemon.reload_hooks.append(on_reload)
+
+
+def _install_monitors(
+    daemon: Daemon, service: CrawlService, search: SearchService
+) -> MonitorService:
+    """/v2/monitor: its service (scheduler and checks) as a component, its routes (unless
+    [monitor] enabled is false) and its reload hook."""
+    from daemon.api import monitors as monitors_api
+    from daemon.crawl.monitors.service import MonitorService
+
+    monitors = MonitorService(service, daemon.config.monitor, search, daemon.llm)
+    daemon.parts["monitors"] = monitors
+
+    async def run_monitors(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
+        if daemon.config.monitor.enabled:
+            await monitors.run(task_status=task_status)
+        else:
+            task_status.started()
+            await trio.sleep_forever()
+
+    async def on_reload(old: Config, new: Config, change: ConfigDiff) -> None:
+        if "monitor" in change.sections_changed:
+            monitors.configure(new.monitor)
+
+    daemon.add_component("monitors", run_monitors)
+    if daemon.config.monitor.enabled:
+        daemon.routes[:0] = monitors_api.routes(monitors)
+    daemon.reload_hooks.append(on_reload)
+    return monitors

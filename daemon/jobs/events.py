@@ -71,13 +71,20 @@ def event_names(kind: str) -> tuple[EventName, ...]:
     return KIND_EVENTS.get(kind, EVENT_NAMES)
 
 
+MONITOR_TYPES = {"completed": "monitor.check.completed", "failed": "monitor.check.completed"}
+"""A monitor check's one terminal event is Firecrawl's `monitor.check.completed` (success false
+when the check failed or was partial)."""
+
+
 def event_type(kind: str, name: str) -> str:
-    """`crawl` + `page` → `crawl.page`."""
+    """`crawl` + `page` → `crawl.page` (a monitor check's terminal: `monitor.check.completed`)."""
     names = event_names(kind)
     if name not in names:
         raise ValueError(f"unknown webhook event {name!r}; expected one of {names}")
     if not kind or "." in kind:
         raise ValueError(f"invalid job kind {kind!r}")
+    if kind == "monitor" and name in MONITOR_TYPES:
+        return MONITOR_TYPES[name]
     return f"{kind}.{name}"
 
 

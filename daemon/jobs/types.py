@@ -11,7 +11,7 @@ from daemon.config import WebhookFields
 
 Status = Literal["scraping", "completed", "failed", "cancelled"]
 FINISHED: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
-KINDS: frozenset[str] = frozenset({"crawl", "batch_scrape", "extract", "agent"})
+KINDS: frozenset[str] = frozenset({"crawl", "batch_scrape", "extract", "agent", "monitor"})
 ROBOTS_BLOCKED = "ROBOTS_BLOCKED"
 """The error code of a URL robots.txt kept a crawl from (listed as `robotsBlocked`)."""
 

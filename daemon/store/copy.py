@@ -50,6 +50,10 @@ COPY_ORDER = (
     "agent_jobs",
     "agent_pages",
     "agent_steps",
+    "monitors",
+    "monitor_checks",
+    "monitor_pages",
+    "monitor_snapshots",
 )
 """Every copied table, parents before children (foreign keys hold at each insert)."""
 

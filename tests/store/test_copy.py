@@ -99,6 +99,15 @@ def fill(conn: Any) -> None:
     conn.execute(
         "INSERT INTO agent_steps VALUES ('g1', 1, 'scrape', X'7B7D', X'7B7D', 1, 0, 0, 1, 5, 3)"
     )
+    conn.execute("INSERT INTO monitors(id, name, status, spec, created_ms, updated_ms)"
+                 " VALUES ('m1', 'm', 'active', X'7B7D', 1, 1)")  # fmt: skip
+    conn.execute("INSERT INTO monitor_checks(id, monitor_id, status, trigger_kind, spec,"
+                 " created_ms, updated_ms) VALUES ('k1', 'm1', 'completed', 'manual', X'7B7D',"
+                 " 1, 1)")  # fmt: skip
+    conn.execute("INSERT INTO monitor_pages(check_id, n, target_id, key, url, state, created_ms)"
+                 " VALUES ('k1', 1, 't', 'a/', 'http://a/', 'done', 1)")  # fmt: skip
+    conn.execute("INSERT INTO monitor_snapshots VALUES ('m1', 't', 'a/', 'http://a/', 's', '# A',"
+                 " 0, 1)")  # fmt: skip
 
 
 def counts(conn: Any) -> dict[str, int]:

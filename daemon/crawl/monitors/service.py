@@ -1,0 +1,341 @@
+# Monitors: definitions kept in the store, a scheduler that turns due monitors into checks, and
+# one CheckRun (check.py) per open check. The scheduler is a thin loop around the pure rules of
+# schedule.py: it looks for due monitors at the earliest next run (at most every [monitor] tick,
+# and at once when a monitor changes), and claims each by a compare-and-set on its next run in
+# the same transaction that creates the check (a `jobs` row of kind monitor, which carries the
+# check's webhook events), so across a cluster one instance creates each check and a restart
+# after downtime creates one catch-up check per monitor, not one per missed time. A due monitor
+# whose previous check still runs gets a `skipped_overlap` check instead.
+from __future__ import annotations
+
+import contextlib
+import uuid
+from typing import Any
+
+import msgspec
+import trio
+
+from daemon.clock import EpochClock, wall_ms
+from daemon.cluster import Cluster
+from daemon.config import WebhookSpec
+from daemon.crawl.extract.service import Llm
+from daemon.crawl.monitors import models, schedule
+from daemon.crawl.monitors import store as mstore
+from daemon.crawl.monitors.check import CheckRun, monitor_checks
+from daemon.crawl.monitors.config import MonitorConfig
+from daemon.crawl.problems import BadRequest
+from daemon.crawl.runs.runs import Runs
+from daemon.crawl.runs.service import CrawlService
+from daemon.crawl.search.service import SearchService
+from daemon.jobs.store import JobFinished, JobNotFound
+from daemon.logs import get_logger
+from daemon.store import DB_ERRORS, Conn, StoreClosed, wake
+
+log = get_logger("monitors")
+
+SCAN_S = 5.0
+"""How often open checks without a run here are looked for (a check's creation wakes every
+instance's scan)."""
+
+
+class MonitorNotFound(LookupError):
+    pass
+
+
+class RunRefused(Exception):
+    """A manual run that cannot start: the monitor is paused, or `check_id` runs."""
+
+    def __init__(self, reason: str, check_id: str | None = None) -> None:
+        super().__init__(reason)
+        self.check_id = check_id
+
+
+class _Lost(Exception):
+    """The claim lost its compare-and-set: the transaction rolls back."""
+
+
+def _uuid(text: str) -> str | None:
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        return None
+
+
+class MonitorService:
+    """/v2/monitor's operations, the scheduler and the checks' runs."""
+
+    def __init__(self, crawl: CrawlService, config: MonitorConfig,
+                 search: SearchService | None = None, llm: Llm | None = None, *,
+                 clock_ms: EpochClock = wall_ms) -> None:  # fmt: skip
+        self.crawl = crawl
+        self.search = search
+        self.llm = llm
+        self.judged = 0
+        """Model calls made to judge changed pages since start (/status)."""
+        self.config = config
+        self.store = crawl.store
+        self.jobs = crawl.jobs
+        self.cluster: Cluster | None = crawl.cluster
+        self.clock_ms = clock_ms
+        self._runs: Runs[mstore.CheckRow, CheckRun] = Runs(
+            "monitors", self.jobs, lambda row: CheckRun(self, row)
+        )
+        self.runs = self._runs.by_id
+        self._changed = trio.Event()
+        self.checks_created = 0
+
+    def configure(self, config: MonitorConfig) -> None:
+        self.config = config
+        self._changed.set()
+
+    @property
+    def min_interval_ms(self) -> int:
+        return int(self.config.min_interval * 1000)
+
+    def _validate(self, raw: dict[str, Any], monitor_id: str, *, update: bool = False
+                  ) -> models.MonitorSpec:  # fmt: skip
+        return models.validate(
+            raw, monitor_id=monitor_id, min_interval_ms=self.min_interval_ms,
+            now_ms=self.clock_ms(), browser=self.crawl.browser is not None,
+            default_limit=self.config.crawl_limit, update=update,
+            search=self.search is not None and self.search.enabled, llm=self.llm,
+        )  # fmt: skip
+
+    def _next_run(self, spec: models.MonitorSpec, after_ms: int) -> tuple[int | None, int | None]:
+        cron, tz = schedule.parse_cron(spec.cron), schedule.zone(spec.timezone)
+        due = schedule.next_fire(cron, tz, after_ms)
+        return due, None if due is None else due + spec.jitter_ms
+
+    # -- definitions -----------------------------------------------------------------------
+
+    async def create(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Validate and store a monitor (BadRequest naming the fields otherwise)."""
+        monitor_id = str(uuid.uuid4())
+        spec = self._validate(raw, monitor_id)
+        at = self.clock_ms()
+        due, next_run = self._next_run(spec, at)
+        row = mstore.MonitorRow(monitor_id, spec.name, "active", models.encode(spec), due,
+                                next_run, None, None, None, at, at)  # fmt: skip
+        await self.store.write(lambda c: mstore.insert_monitor(c, row))
+        self._changed.set()
+        log.info("monitor created", monitor=monitor_id, cron=spec.cron, targets=len(spec.targets))
+        return models.monitor_json(row, spec)
+
+    async def get(self, monitor_id: str) -> dict[str, Any]:
+        row = await self._row(monitor_id)
+        return models.monitor_json(row, models.decode_spec(row.spec))
+
+    async def _row(self, monitor_id: str) -> mstore.MonitorRow:
+        key = _uuid(monitor_id)
+        row = None if key is None else await self.store.read(lambda c: mstore.get_monitor(c, key))
+        if row is None:
+            raise MonitorNotFound(monitor_id)
+        return row
+
+    async def listing(self, limit: int, offset: int) -> list[dict[str, Any]]:
+        rows = await self.store.read(lambda c: mstore.list_monitors(c, limit, offset))
+        return [models.monitor_json(r, models.decode_spec(r.spec)) for r in rows]
+
+    async def update(self, monitor_id: str, patch: dict[str, Any]) -> dict[str, Any]:
+        row = await self._row(monitor_id)
+        status = patch.get("status", row.status)
+        if status not in ("active", "paused"):
+            raise BadRequest.at("$.status", "one of active, paused")
+        old = models.decode_spec(row.spec)
+        spec = self._validate(models.merged(old, patch), row.id, update=True)
+        if "schedule" not in patch:
+            spec.jitter_ms = old.jitter_ms  # the stored cron of a text schedule keeps its delay
+        at = self.clock_ms()
+        due, next_run = row.due_ms, row.next_run_ms
+        if "schedule" in patch or (status == "active" and row.status != "active"):
+            due, next_run = self._next_run(spec, at)
+        encoded = models.encode(spec)
+        await self.store.write(lambda c: mstore.update_monitor(
+            c, row.id, name=spec.name, status=status, spec=encoded, due_ms=due,
+            next_run_ms=next_run, at_ms=at))  # fmt: skip
+        self._changed.set()
+        return await self.get(row.id)
+
+    async def delete(self, monitor_id: str) -> None:
+        """Delete the monitor, its checks and snapshots; its running check stops."""
+        row = await self._row(monitor_id)
+        await self.store.write(lambda c: mstore.delete_monitor(c, row.id))
+        if row.current_check is not None:
+            with contextlib.suppress(JobFinished, JobNotFound):
+                await self.jobs.finish(row.current_check, "cancelled", "the monitor was deleted")
+
+    # -- checks ----------------------------------------------------------------------------
+
+    async def run_now(self, monitor_id: str) -> dict[str, Any]:
+        """Start a manual check; RunRefused when paused or a check runs."""
+        row = await self._row(monitor_id)
+        if row.status != "active":
+            raise RunRefused("Monitor is paused")
+        if row.current_check is not None:
+            raise RunRefused("A check of this monitor is already running", row.current_check)
+        check_id = await self._create_check(row, "manual", self.clock_ms(), None)
+        if check_id is None:
+            fresh = await self._row(monitor_id)
+            raise RunRefused("A check of this monitor is already running", fresh.current_check)
+        started = await self.check(monitor_id, check_id, limit=0)
+        for key in ("pages", "more"):
+            started.pop(key)
+        return started
+
+    async def _create_check(self, row: mstore.MonitorRow, trigger: str, scheduled_ms: int | None,
+                            claim: schedule.Due | None) -> str | None:  # fmt: skip
+        """A check (and its job) for the monitor, if the claim (scheduled) or the monitor's
+        free slot (manual) is still there; None otherwise."""
+        spec = models.decode_spec(row.spec)
+        webhook = None if spec.webhook is None else msgspec.convert(spec.webhook, WebhookSpec)
+        at = self.clock_ms()
+
+        def setup(conn: Conn, check_id: str) -> None:
+            if claim is None:
+                if not mstore.start_manual(conn, row.id, check_id, at):
+                    raise _Lost
+            else:
+                next_run = None if claim.next_due_ms is None else claim.next_due_ms + spec.jitter_ms
+                if not mstore.claim(conn, row.id, row.next_run_ms or 0, due_ms=claim.next_due_ms,
+                                    next_run_ms=next_run, check_id=check_id, at_ms=at):  # fmt: skip
+                    raise _Lost
+            mstore.insert_check(conn, mstore.CheckRow(
+                check_id, row.id, "queued", trigger, row.spec, False, scheduled_ms or at,
+                None, None, None, None, None, at, at))  # fmt: skip
+
+        try:
+            check_id = await self.jobs.create_job(
+                "monitor", webhook=webhook, source={"monitorId": row.id}, setup=setup
+            )
+        except _Lost:
+            return None
+        self.checks_created += 1
+        check = await self.store.read(lambda c: mstore.get_check(c, check_id))
+        if check is not None:
+            self._runs.spawn(check)
+        return check_id
+
+    async def checks(self, monitor_id: str, limit: int, offset: int, status: str | None
+                     ) -> list[dict[str, Any]]:  # fmt: skip
+        row = await self._row(monitor_id)
+        rows = await self.store.read(lambda c: mstore.list_checks(c, row.id, limit, offset, status))
+        return [models.check_json(r) for r in rows]
+
+    async def check(self, monitor_id: str, check_id: str, skip: int = 0, limit: int = 100,
+                    status: str | None = None) -> dict[str, Any]:  # fmt: skip
+        """A check with its pages from `skip` (`more` set when pages follow)."""
+        row = await self._row(monitor_id)
+        key = _uuid(check_id)
+
+        def read(c: Conn) -> tuple[mstore.CheckRow | None, list[mstore.PageRow]]:
+            found = None if key is None else mstore.get_check(c, key)
+            if found is None or found.monitor_id != row.id:
+                return None, []
+            return found, mstore.pages(c, found.id, skip, limit + 1, status)
+
+        found, pages = await self.store.read(read)
+        if found is None:
+            raise MonitorNotFound(check_id)
+        body = models.check_json(found)
+        body["pages"] = [models.page_json(found.id, p) for p in pages[:limit]]
+        body["more"] = len(pages) > limit
+        return body
+
+    # -- scheduler -------------------------------------------------------------------------
+
+    async def tick(self, now_ms: int) -> int:
+        """Claim the monitors due at `now_ms` (up to [monitor] claim_batch): a check each, or a
+        `skipped_overlap` one when its previous check still runs. Returns the checks made."""
+        due = await self.store.read(
+            lambda c: mstore.due_monitors(c, now_ms, self.config.claim_batch)
+        )
+        made = 0
+        for row in due:
+            try:
+                made += await self._due(row, now_ms)
+            except DB_ERRORS:
+                raise
+            except Exception as exc:  # one bad monitor must not stop the others' schedules
+                log.error("monitor not scheduled", monitor=row.id, exc_info=exc)
+        return made
+
+    async def _due(self, row: mstore.MonitorRow, now_ms: int) -> int:
+        spec = models.decode_spec(row.spec)
+        cron, tz = schedule.parse_cron(spec.cron), schedule.zone(spec.timezone)
+        decision = schedule.on_due(cron, tz, row.due_ms or now_ms, now_ms,
+                                   row.current_check is not None)  # fmt: skip
+        if decision.overlap:
+            return await self._skip(row, spec, decision, now_ms)
+        made = await self._create_check(row, "scheduled", decision.scheduled_ms, decision)
+        return 0 if made is None else 1
+
+    async def _skip(self, row: mstore.MonitorRow, spec: models.MonitorSpec, decision: schedule.Due,
+                    now_ms: int) -> int:  # fmt: skip
+        next_run = None if decision.next_due_ms is None else decision.next_due_ms + spec.jitter_ms
+        check = mstore.CheckRow(
+            str(uuid.uuid4()), row.id, "skipped_overlap", "scheduled", row.spec, True,
+            decision.scheduled_ms, None, now_ms, models.encode(models.EMPTY_SUMMARY), None,
+            f"the previous check ({row.current_check}) was still running", now_ms, now_ms,
+        )  # fmt: skip
+
+        def tx(conn: Conn) -> bool:
+            if not mstore.claim(conn, row.id, row.next_run_ms or 0, due_ms=decision.next_due_ms,
+                                next_run_ms=next_run, check_id=None, at_ms=now_ms):  # fmt: skip
+                return False
+            mstore.insert_check(conn, check)
+            return True
+
+        if not await self.store.write(tx):
+            return 0
+        monitor_checks.labels("skipped_overlap").inc()
+        return 1
+
+    async def _schedule(self) -> None:
+        while True:
+            self._changed = trio.Event()
+            wait = float(self.config.tick)
+            try:
+                await self.tick(self.clock_ms())
+                earliest = await self.store.read(mstore.earliest_run_ms)
+                if earliest is not None:
+                    wait = min(wait, max(0.05, (earliest - self.clock_ms()) / 1000))
+            except DB_ERRORS as exc:
+                log.warning("monitor scheduler could not reach the store", error=str(exc))
+            with trio.move_on_after(wait):
+                await self._changed.wait()
+
+    # -- runs ------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Resume the open checks, then schedule and run new ones until cancelled."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._runs.nursery = nursery
+                wakeups = self.store.wakeups
+                created = wakeups.event(wake.CRAWLS)
+                if found := await self._scan():
+                    log.info("resuming monitor checks", checks=found)
+                nursery.start_soon(self._schedule)
+                task_status.started()
+                await wake.rescan(wakeups, wake.CRAWLS, SCAN_S, self._scan, DB_ERRORS, created)
+        finally:
+            self._runs.stopped()
+
+    async def _scan(self) -> int:
+        started = 0
+        for check_id in await self.store.read(mstore.open_check_ids):
+            if check_id in self.runs:
+                continue
+            row = await self.store.read(lambda c, i=check_id: mstore.get_check(c, i))  # type: ignore[misc]
+            if row is None:
+                continue
+            with contextlib.suppress(JobNotFound, JobFinished, StoreClosed):
+                await self.jobs.attach(check_id)
+            self._runs.spawn(row)
+            started += 1
+        return started
+
+    def status(self) -> dict[str, Any]:
+        return {"checks_running": len(self.runs), "checks_created": self.checks_created,
+                "judged": self.judged,
+                "checks": {i: r.status() for i, r in list(self.runs.items())}}  # fmt: skip
