@@ -6,8 +6,6 @@ come twice, identical) and `monitor.check.completed` last, in order."""
 from __future__ import annotations
 
 import functools
-import os
-import sys
 from pathlib import Path
 
 import httpx
@@ -18,7 +16,7 @@ from daemon.fakes.receiver import WebhookReceiver
 from daemon.fakes.site import SiteSim, serve_site
 from tests.conftest import Deployment
 
-from .test_crash import ROOT, free_port, poll
+from .crawld_process import config_head, crawld, free_port, poll, running
 
 pytestmark = pytest.mark.process
 
@@ -33,50 +31,19 @@ async def test_kill_9_mid_check_then_the_same_check_completes_with_every_page_on
     port = free_port()
     config_file = tmp_path / "crawld.toml"
     config_file.write_text(
-        f"""
-[daemon]
-state_dir = "state"
-[http]
-bind = "127.0.0.1:{port}"
-[collector]
-enabled = false
-[webhooks]
-timeout = "2s"
-retry_schedule = ["10ms", "20ms"]
-allow_cidrs = ["127.0.0.0/8"]
-[crawl]
-allow_cidrs = ["127.0.0.0/8"]
-concurrency = 2
-[monitor]
-check_concurrency = 2
-"""
-        + deployment.toml
+        config_head(port) + "concurrency = 2\n[monitor]\ncheck_concurrency = 2\n" + deployment.toml
     )
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "STATE_DIRECTORY")}  # fmt: skip
-    env.update(deployment.env)
-    command = [sys.executable, "-m", "daemon", "run", "--config", str(config_file)]
+    command, env = crawld(config_file, deployment)
     base = f"http://127.0.0.1:{port}"
     urls = [f"http://127.0.0.1:{site.port}/pages/{i}" for i in range(PAGES)]
 
     async with httpx.AsyncClient(base_url=base, trust_env=False, timeout=10) as client:
 
-        async def up() -> None:
-            with trio.fail_after(30):
-                while True:
-                    try:
-                        await client.get("/healthz")
-                        return
-                    except httpx.TransportError:
-                        await trio.sleep(0.05)
-
         async def done_pages(monitor_id: str, check_id: str) -> list[dict[str, object]]:
             path = f"/v2/monitor/{monitor_id}/checks/{check_id}?limit=1000"
             return list((await client.get(path)).json()["data"]["pages"])
 
-        first = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
-        try:
-            await up()
+        async with running(command, env, client) as first:
             body = {"name": "crash", "schedule": {"cron": "0 9 * * *"},
                     "targets": [{"type": "scrape", "urls": urls}],
                     "webhook": {"url": rx.url()}}  # fmt: skip
@@ -87,14 +54,9 @@ check_concurrency = 2
                     await trio.sleep(0.01)
             first.kill()  # SIGKILL: no cleanup of any kind
             await first.wait()
-        finally:
-            if first.returncode is None:
-                first.kill()
         assert len(before) < PAGES, "the check finished before the kill"
 
-        second = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
-        try:
-            await up()
+        async with running(command, env, client) as second:
             path = f"/v2/monitor/{monitor_id}/checks/{check_id}?limit=1000"
             with trio.fail_after(90):
                 while (check := (await client.get(path)).json()["data"])["status"] in (
@@ -103,18 +65,15 @@ check_concurrency = 2
             await poll(
                 lambda: any(e.type == "monitor.check.completed" for e in rx.events(check_id)), 30
             )
-            running = (await client.post(f"/v2/monitor/{monitor_id}/run")).json()["data"]["id"]
+            running_id = (await client.post(f"/v2/monitor/{monitor_id}/run")).json()["data"]["id"]
             with trio.fail_after(60):
-                path2 = f"/v2/monitor/{monitor_id}/checks/{running}?limit=1000"
+                path2 = f"/v2/monitor/{monitor_id}/checks/{running_id}?limit=1000"
                 while (again := (await client.get(path2)).json()["data"])["status"] in (
                     "queued", "running"):  # fmt: skip
                     await trio.sleep(0.05)
             second.terminate()
             with trio.fail_after(30):
                 await second.wait()
-        finally:
-            if second.returncode is None:
-                second.kill()
 
     assert check["status"] == "completed", check
     assert sorted(p["url"] for p in check["pages"]) == sorted(urls)  # each once

@@ -29,7 +29,7 @@ from daemon.crawl.runs.service import CrawlService
 from daemon.crawl.search.service import SearchService
 from daemon.jobs.store import JobFinished, JobNotFound
 from daemon.logs import get_logger
-from daemon.store import DB_ERRORS, Conn, StoreClosed, wake
+from daemon.store import DB_ERRORS, Conn
 
 log = get_logger("monitors")
 
@@ -78,8 +78,9 @@ class MonitorService:
         self.cluster: Cluster | None = crawl.cluster
         self.clock_ms = clock_ms
         self._runs: Runs[mstore.CheckRow, CheckRun] = Runs(
-            "monitors", self.jobs, lambda row: CheckRun(self, row)
-        )
+            "monitors", self.store, self.jobs, mstore.open_check_ids, mstore.get_check,
+            lambda row: CheckRun(self, row),
+        )  # fmt: skip
         self.runs = self._runs.by_id
         self._changed = trio.Event()
         self.checks_created = 0
@@ -296,6 +297,7 @@ class MonitorService:
             wait = float(self.config.tick)
             try:
                 await self.tick(self.clock_ms())
+                await self._close_orphans()
                 earliest = await self.store.read(mstore.earliest_run_ms)
                 if earliest is not None:
                     wait = min(wait, max(0.05, (earliest - self.clock_ms()) / 1000))
@@ -308,32 +310,22 @@ class MonitorService:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Resume the open checks, then schedule and run new ones until cancelled."""
-        try:
-            async with trio.open_nursery() as nursery:
-                self._runs.nursery = nursery
-                wakeups = self.store.wakeups
-                created = wakeups.event(wake.CRAWLS)
-                if found := await self._scan():
-                    log.info("resuming monitor checks", checks=found)
-                nursery.start_soon(self._schedule)
-                task_status.started()
-                await wake.rescan(wakeups, wake.CRAWLS, SCAN_S, self._scan, DB_ERRORS, created)
-        finally:
-            self._runs.stopped()
 
-    async def _scan(self) -> int:
-        started = 0
-        for check_id in await self.store.read(mstore.open_check_ids):
+        async def scheduler(nursery: trio.Nursery) -> None:
+            nursery.start_soon(self._schedule)
+
+        await self._runs.serve(SCAN_S, task_status, scheduler)
+
+    async def _close_orphans(self) -> None:
+        """Open checks whose job ended without them (a DELETE /v2/crawl/{id} while no process
+        worked on the check, a kill between the job's end and the check's): a run closes each
+        (the scan starts runs only for running jobs)."""
+        for check_id in await self.store.read(mstore.orphaned_check_ids):
             if check_id in self.runs:
                 continue
             row = await self.store.read(lambda c, i=check_id: mstore.get_check(c, i))  # type: ignore[misc]
-            if row is None:
-                continue
-            with contextlib.suppress(JobNotFound, JobFinished, StoreClosed):
-                await self.jobs.attach(check_id)
-            self._runs.spawn(row)
-            started += 1
-        return started
+            if row is not None:
+                self._runs.spawn(row)
 
     def status(self) -> dict[str, Any]:
         return {"checks_running": len(self.runs), "checks_created": self.checks_created,

@@ -254,6 +254,16 @@ def open_check_ids(conn: Conn) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
+def orphaned_check_ids(conn: Conn) -> list[str]:
+    """Open checks whose job is finished or gone."""
+    rows: list[Any] = conn.execute(
+        "SELECT c.id FROM monitor_checks c LEFT JOIN jobs j ON j.id = c.id"
+        " WHERE c.status IN ('queued', 'running') AND (j.id IS NULL OR j.status <> 'scraping')"
+        " ORDER BY c.created_ms"
+    ).fetchall()
+    return [str(r[0]) for r in rows]
+
+
 def set_running(conn: Conn, check_id: str, at_ms: int) -> None:
     conn.execute(
         "UPDATE monitor_checks SET status = 'running', started_ms = ?, updated_ms = ?"
