@@ -174,7 +174,7 @@ def routes(service: MonitorService) -> list[ApiRoute]:
                  "Create a monitor: a schedule and targets whose pages each check compares with"
                  " their previous snapshot (same, new, changed, removed, error)",
                  body=MonitorBody, response=MonitorAnswer,
-                 errors={400: "Bad Request: the field named (schedule below [monitor]"
+                 errors={400: "Bad Request: the field named (schedule below [monitors]"
                               " min_interval, unknown time zone, 0 or more than 50 targets, bad"
                               " target options, search targets, email notifications)"}),
         ApiRoute("GET", "/v2/monitor", h["list"], "The monitors, newest first",

@@ -128,15 +128,15 @@ def _install_monitors(
     daemon: Daemon, service: CrawlService, search: SearchService
 ) -> MonitorService:
     """/v2/monitor: its service (scheduler and checks) as a component, its routes (unless
-    [monitor] enabled is false) and its reload hook."""
+    [monitors] enabled is false) and its reload hook."""
     from daemon.api import monitors as monitors_api
     from daemon.crawl.monitors.service import MonitorService
 
-    monitors = MonitorService(service, daemon.config.monitor, search, daemon.llm)
+    monitors = MonitorService(service, daemon.config.monitors, search, daemon.llm)
     daemon.parts["monitors"] = monitors
 
     async def run_monitors(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
-        if daemon.config.monitor.enabled:
+        if daemon.config.monitors.enabled:
             await monitors.run(task_status=task_status)
         else:
             task_status.started()
@@ -144,10 +144,10 @@ def _install_monitors(
 
     async def on_reload(old: Config, new: Config, change: ConfigDiff) -> None:
         if "monitor" in change.sections_changed:
-            monitors.configure(new.monitor)
+            monitors.configure(new.monitors)
 
     daemon.add_component("monitors", run_monitors)
-    if daemon.config.monitor.enabled:
+    if daemon.config.monitors.enabled:
         daemon.routes[:0] = monitors_api.routes(monitors)
     daemon.reload_hooks.append(on_reload)
     return monitors

@@ -28,7 +28,7 @@ async def test_checks_are_created_once_and_move_to_the_other_instance_after_a_ki
     site = SiteSim(pages=PAGES, paragraphs=1, latency=(0.1, 0.2))
     await nursery.start(functools.partial(serve_site, site))
     extra = ('[crawl]\nallow_cidrs = ["127.0.0.0/8"]\nconcurrency = 2\n'
-             '[monitor]\nmin_interval = "1m"\ntick = "1s"\ncheck_concurrency = 2\n')  # fmt: skip
+             '[monitors]\nmin_interval = "1m"\ntick = "1s"\ncheck_concurrency = 2\n')  # fmt: skip
     for name in ("a", "b"):
         instances.add(name, extra)
         await instances.start(name)

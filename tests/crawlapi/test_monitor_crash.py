@@ -31,7 +31,7 @@ async def test_kill_9_mid_check_then_the_same_check_completes_with_every_page_on
     port = free_port()
     config_file = tmp_path / "crawld.toml"
     config_file.write_text(
-        config_head(port) + "concurrency = 2\n[monitor]\ncheck_concurrency = 2\n" + deployment.toml
+        config_head(port) + "concurrency = 2\n[monitors]\ncheck_concurrency = 2\n" + deployment.toml
     )
     command, env = crawld(config_file, deployment)
     base = f"http://127.0.0.1:{port}"

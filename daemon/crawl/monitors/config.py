@@ -1,4 +1,4 @@
-# The `[monitor]` section: how often a monitor may run and how the scheduler and its checks
+# The `[monitors]` section: how often a monitor may run and how the scheduler and its checks
 # work. Everything works with the defaults; tests and small sites lower min_interval.
 from __future__ import annotations
 

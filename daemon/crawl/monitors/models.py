@@ -1,6 +1,6 @@
 # What /v2/monitor clients send and get back. A create (or a PATCH merged over the stored
 # definition) is checked whole and every problem named by its field path, Firecrawl's 400: the
-# schedule (cron or Firecrawl's text forms, an IANA zone, no more often than [monitor]
+# schedule (cron or Firecrawl's text forms, an IANA zone, no more often than [monitors]
 # min_interval), 1..50 targets whose options are checked by the same readers as /v2/scrape and
 # /v2/crawl, the webhook by the jobs part's rules. The stored definition (MonitorSpec) keeps the
 # schedule normalised to cron and every target with an id; the answers are built from it in
@@ -263,7 +263,7 @@ def _schedule(raw: Any, monitor_id: str, min_interval_ms: int, now_ms: int
         return None, [problem(field, str(exc))]
     if gap is not None and gap < min_interval_ms:
         message = (f"runs every {gap // 1000} s; the minimum interval is"
-                   f" {min_interval_ms // 1000} s ([monitor] min_interval)")  # fmt: skip
+                   f" {min_interval_ms // 1000} s ([monitors] min_interval)")  # fmt: skip
         return None, [problem(field, message)]
     return (cron.text, tz_name, jitter), []
 

@@ -1,6 +1,6 @@
 # A monitor's schedule as pure rules: Firecrawl's text forms normalised to 5-field cron, cron
 # evaluated in an IANA zone (the next fire found by walking days, then the day's hours and
-# minutes, never minute by minute), the shortest gap between fires (checked against [monitor]
+# minutes, never minute by minute), the shortest gap between fires (checked against [monitors]
 # min_interval) and the deterministic per-monitor jitter of text schedules. A local time a DST
 # jump skips does not fire; one a fall-back repeats fires once (its first occurrence), as Vixie
 # cron does. Plain values in and out; the scheduler (service.py) is a thin loop around them.

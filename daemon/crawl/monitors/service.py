@@ -1,6 +1,6 @@
 # Monitors: definitions kept in the store, a scheduler that turns due monitors into checks, and
 # one CheckRun (check.py) per open check. The scheduler is a thin loop around the pure rules of
-# schedule.py: it looks for due monitors at the earliest next run (at most every [monitor] tick,
+# schedule.py: it looks for due monitors at the earliest next run (at most every [monitors] tick,
 # and at once when a monitor changes), and claims each by a compare-and-set on its next run in
 # the same transaction that creates the check (a `jobs` row of kind monitor, which carries the
 # check's webhook events), so across a cluster one instance creates each check and a restart
@@ -245,7 +245,7 @@ class MonitorService:
     # -- scheduler -------------------------------------------------------------------------
 
     async def tick(self, now_ms: int) -> int:
-        """Claim the monitors due at `now_ms` (up to [monitor] claim_batch): a check each, or a
+        """Claim the monitors due at `now_ms` (up to [monitors] claim_batch): a check each, or a
         `skipped_overlap` one when its previous check still runs. Returns the checks made."""
         due = await self.store.read(
             lambda c: mstore.due_monitors(c, now_ms, self.config.claim_batch)
