@@ -20,6 +20,7 @@ from daemon.app import Daemon
 from daemon.crawl.monitors.service import MonitorService
 from daemon.fakes.receiver import WebhookReceiver
 from daemon.fakes.site import SiteSim
+from tests.conftest import unlabelled
 
 Sdk = Callable[..., Awaitable[Any]]
 
@@ -96,7 +97,7 @@ async def test_checks_report_new_same_changed_removed_with_diffs_and_webhooks(
     assert done["success"] is True and done["id"] == second.id
     assert done["data"][0]["summary"]["changed"] == 1 and done["metadata"] == {"team": "a"}
     assert events[0].event["webhookId"] == events[0].webhook_id
-    metrics = (await client.get("/metrics")).text
+    metrics = unlabelled((await client.get("/metrics")).text)
     assert 'crawld_monitor_pages_total{status="changed"}' in metrics
     assert 'crawld_monitor_checks_total{status="completed"}' in metrics
 

@@ -15,6 +15,7 @@ from daemon.app import Daemon
 from daemon.fakes.searxng import SearxngSim
 from daemon.fakes.site import SiteSim
 from daemon.search import SearchConfig
+from tests.conftest import unlabelled
 from tests.crawlapi.test_search import crawl_config, searxng  # noqa: F401
 
 QUERY = "paragraph 2 page"
@@ -55,7 +56,7 @@ async def test_descriptions_become_passages_of_the_pages(
     assert "warning" not in answer.json()  # an unreadable page is not a problem of the search
     status = (await client.get("/status")).json()["crawl"]["search"]
     assert status["highlighted"] == 4 and status["highlights"] == "fetch"
-    metrics = (await client.get("/metrics")).text
+    metrics = unlabelled((await client.get("/metrics")).text)
     assert 'crawld_search_highlights_total{outcome="passages"}' in metrics
 
 
