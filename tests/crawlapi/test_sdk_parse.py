@@ -126,6 +126,7 @@ async def test_bad_uploads_get_firecrawls_errors(
     body = answer.json()
     assert answer.status_code == status, body
     assert body["success"] is False and text in json.dumps(body)
+    assert "[crawl.browser] is off" not in json.dumps(body)  # uploads refuse; the browser is on
 
 
 async def test_json_and_other_bodies(client: httpx.AsyncClient) -> None:

@@ -40,7 +40,8 @@ class ParseRequest(msgspec.Struct, kw_only=True):
 def parse_options(raw: dict[str, Any], *, llm: LlmCheck | None = None) -> ParseRequest:
     """The upload's options (already a JSON object); BadRequest naming every problem."""
     problems = unknown_keys(raw, _ALLOWED | _DROPPED, "$.options")
-    problems += client_field_problems(raw, "$.options") + _browser_problems(raw)
+    refused = _browser_problems(raw)
+    problems += client_field_problems(raw, "$.options") + refused
     zdr = raw.get("zeroDataRetention", False)
     if not isinstance(zdr, bool):
         problems.append(problem("$.options.zeroDataRetention", "true or false"))
@@ -50,7 +51,8 @@ def parse_options(raw: dict[str, Any], *, llm: LlmCheck | None = None) -> ParseR
         kept.pop(key, None)
     options = converted(kept, ScrapeOptions, problems)
     more, warning = check_scrape_options(options, "$.options", llm=llm)
-    problems += more
+    said = {p["path"] for p in refused}  # not also "needs a browser" for a refused format
+    problems += [p for p in more if p["path"] not in said]
     if problems:
         raise BadRequest(problems)
     return ParseRequest(options=options, zeroDataRetention=zdr is True, warning=warning)
