@@ -39,6 +39,11 @@ def test_shipped_config_is_valid() -> None:
     cfg = config.load(ROOT / "config.toml")
     assert cfg.broker.kind == "embedded"
     assert cfg.webhooks.retry_schedule == [5, 60, 300, 900, 3600]
+    # Uploads have their own limit, Firecrawl's 50 MB, far over [http] max_body (issue 35);
+    # OCR is on wherever the engine is installed.
+    assert cfg.parse.enabled and cfg.parse.max_bytes == 50 * 1024 * 1024 > 1_500_000
+    assert cfg.http.max_body < 1_500_000 < cfg.parse.max_bytes
+    assert (cfg.ocr.enabled, cfg.ocr.engine) == ("auto", "tesseract")
 
 
 def test_defaults_without_file_content() -> None:

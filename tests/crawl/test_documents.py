@@ -65,6 +65,8 @@ FILES: dict[str, tuple[bytes, str]] = {
     "/f/table.csv": (b"city,people\nOslo,700000\n", "text/csv"),
     "/f/data.csv": (b"city,people\nBergen,290000\n", "application/octet-stream"),
     "/f/broken.docx": (docs.docx(["x"])[:60], "application/octet-stream"),
+    "/f/empty.pdf": (b"", "application/pdf"),
+    "/f/cut.pdf": (TEXT4[:150], "application/pdf"),
 }  # fmt: skip
 
 
@@ -167,6 +169,14 @@ async def test_images_are_ocrd_as_one_page_scans(site: SiteSim, path: str) -> No
     assert doc["metadata"]["engine"] == "image" and doc["metadata"]["numPages"] == 1
 
 
+@pytest.mark.parametrize("parsers", [["image"], [{"type": "image"}], ["pdf", "image"]])
+async def test_the_image_parser_named_either_way_ocrs_images(site: SiteSim, parsers: list) -> None:
+    need_tesseract()
+    doc = await scrape(engine(), site.url("/f/sign.png"), parsers=parsers)
+    assert "opening hours nine to five" in words(doc["markdown"])
+    assert doc["metadata"]["engine"] == "image" and doc["metadata"]["numPages"] == 1
+
+
 async def test_image_without_the_image_parser_is_unsupported(site: SiteSim) -> None:
     with pytest.raises(FetchError) as info:
         await scrape(engine(), site.url("/f/sign.png"), parsers=["pdf"])
@@ -211,8 +221,15 @@ async def test_office_documents_become_markdown(
         assert md.index("First slide") < md.index("first speaker") < md.index("Second slide")
 
 
-async def test_a_truncated_office_file_names_the_problem(site: SiteSim) -> None:
+@pytest.mark.parametrize(
+    ("path", "text"),
+    [("/f/broken.docx", "damaged or truncated"), ("/f/cut.pdf", "damaged or truncated"),
+     ("/f/empty.pdf", "the file is empty")],
+)  # fmt: skip
+async def test_a_truncated_or_empty_file_names_the_problem(
+    site: SiteSim, path: str, text: str
+) -> None:
     with pytest.raises(FetchError) as info:
-        await scrape(engine(), site.url("/f/broken.docx"))
+        await scrape(engine(), site.url(path))
     assert info.value.code == "SCRAPE_UNSUPPORTED_FILE_ERROR"
-    assert "damaged or truncated" in info.value.message
+    assert text in info.value.message
