@@ -123,6 +123,10 @@ async def test_auto_keeps_text_pages_word_for_word_and_ocrs_the_others(site: Sit
     assert native.pages_ocrd == 1  # only the scanned page
     assert "Native first page" in pages[0] and "Native third page" in pages[2]
     assert "scanned middle page" in words(pages[1])
+    fast = await scrape(made, site.url("/f/mixed.pdf"),
+                        parsers=[{"type": "pdf", "mode": "fast", "pages": True}])  # fmt: skip
+    text_layer = [p["markdown"] for p in fast["pages"]]
+    assert (pages[0], pages[2]) == (text_layer[0], text_layer[2])  # the text layer, word for word
     assert doc["markdown"] == (
         f"{pages[0]}\n\n---\n\n<!-- page 2 -->\n\n{pages[1]}\n\n---\n\n<!-- page 3 -->\n\n{pages[2]}"
     )
