@@ -215,6 +215,9 @@ async def test_a_reload_applies_ocr_and_the_upload_limit(
 ) -> None:
     import trio
 
+    service: CrawlService = daemon.parts["crawl"]
+    ocr = (await client.get("/status")).json()["crawl"]["ocr"]
+    assert ocr["available"] is service.documents.ocr and ocr["engine"] == "tesseract"
     path = trio.Path(daemon.config.source)
     text = await path.read_text()
     text = text.replace("max_bytes = 2500000", "max_bytes = 100000").replace(
@@ -230,3 +233,4 @@ async def test_a_reload_applies_ocr_and_the_upload_limit(
     assert "[ocr] enabled = false" in answer.json()["error"]
     formats = (await client.get("/v2/parse/formats")).json()["data"]["formats"]
     assert [f["available"] for f in formats if f["format"] == "png"] == [False]
+    assert (await client.get("/status")).json()["crawl"]["ocr"]["available"] is False
