@@ -26,7 +26,9 @@ async def test_firecrawl_mcp_parses_local_files_through_crawld(
         pytest.fail("tests/js/node_modules has no firecrawl-mcp (cd tests/js && npm ci)")
     (tmp_path / "four.pdf").write_bytes(make_pdf(["Alpha page text", "Beta page text",
                                                   "Gamma page text", "Delta page text"]))  # fmt: skip
-    (tmp_path / "memo.docx").write_bytes(docs.docx(["Memo"], [["region", "sales"], ["north", "12"]]))
+    (tmp_path / "memo.docx").write_bytes(
+        docs.docx(["Memo"], [["region", "sales"], ["north", "12"]])
+    )
     (tmp_path / "enc.pdf").write_bytes(encrypt_pdf(make_pdf(["secret"])))
     env = {
         "PATH": os.environ.get("PATH", ""),
