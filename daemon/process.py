@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from daemon.collector.service import Collector
     from daemon.crawl.agent.service import AgentService
     from daemon.crawl.extract.service import ExtractService
+    from daemon.crawl.feedback.service import FeedbackService
     from daemon.crawl.monitors.service import MonitorService
     from daemon.crawl.prompts.service import CrawlPrompts
     from daemon.crawl.runs.service import CrawlService
@@ -54,6 +55,7 @@ class Parts(TypedDict, total=False):
     extract: ExtractService
     agent: AgentService
     monitors: MonitorService
+    feedback: FeedbackService
     ui: Sessions
     queue_history: QueueHistory
 

@@ -34,6 +34,7 @@ ROOMS = [
     "extract",  # /v2/extract jobs
     "agent",  # /v2/agent jobs: search, read, choose, answer
     "monitors",  # /v2/monitor: schedules, checks, page diffs
+    "feedback",  # /v2/feedback, /v2/search/{id}/feedback: validated, stored, listed
 ]
 
 

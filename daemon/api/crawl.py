@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from daemon.api import jobs as jobs_api
-from daemon.api.app import ApiRoute, json, public_base_url
+from daemon.api.app import ApiRoute, QueryParam, json, public_base_url
 from daemon.clock import wall_ms
 from daemon.crawl.fetching.fetch import FetchError
 from daemon.crawl.metrics import maps, scrapes
@@ -236,6 +236,16 @@ class CrawlHandlers:
         data = responses.CreditUsageData(remainingCredits=responses.SELF_HOSTED_CREDITS)
         return json(responses.CreditUsage(success=True, data=data))
 
+    async def credit_history(self, request: Request) -> Response:
+        by_key = request.query_params.get("byApiKey", "false")
+        if by_key not in ("true", "false"):
+            return bad_request(BadRequest.at("byApiKey", "true or false"))
+        daemon = request.app.state.daemon
+        started_ms = wall_ms() - int((time.monotonic() - daemon.started_monotonic) * 1000)
+        period = responses.CreditPeriod(startDate=jobs_api.iso(started_ms), endDate=None,
+                                        creditsUsed=0)  # fmt: skip
+        return json(responses.CreditUsageHistorical(success=True, periods=[period]))
+
     async def token_usage(self, request: Request) -> Response:
         daemon = request.app.state.daemon
         llm = self.service.llm
@@ -310,6 +320,13 @@ def routes(service: CrawlService, prompts: CrawlPrompts | None = None) -> list[A
         ApiRoute("GET", "/v2/team/credit-usage", h.credit_usage,
                  "Remaining credits: crawld counts none, so it answers what a self-hosted"
                  " Firecrawl answers (99999999)", response=responses.CreditUsage),
+        ApiRoute("GET", "/v2/team/credit-usage/historical", h.credit_history,
+                 "Credits used per period: crawld counts none, so one period since this"
+                 " instance started with creditsUsed 0 (byApiKey accepted: crawld has one key)",
+                 response=responses.CreditUsageHistorical,
+                 query=[QueryParam("byApiKey", "Per API key (crawld has one)",
+                                   enum=("true", "false"))],
+                 errors={400: "byApiKey is not true or false"}),
         ApiRoute("GET", "/v2/team/token-usage", h.token_usage,
                  "Remaining tokens (as a self-hosted Firecrawl: 99999999) and the tokens the"
                  " [llm] endpoints counted since start (billingPeriodStart), per provider",

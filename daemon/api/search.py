@@ -10,9 +10,10 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from daemon.api.app import ApiRoute, json
+from daemon.api.app import ApiRoute, QueryParam, int_param, json
 from daemon.api.crawl import bad_request, firecrawl_error, request_body
-from daemon.crawl.problems import BadRequest
+from daemon.crawl.problems import BadRequest, json_object
+from daemon.crawl.search import developer
 from daemon.crawl.search.service import SearchRequest, SearchService, parse_search
 from daemon.search import SearchError
 
@@ -31,19 +32,75 @@ class SearchResponse(msgspec.Struct, kw_only=True, omit_defaults=True):
     warning: str | None = None
 
 
+class DeveloperRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """POST /v2/search/developer (firecrawl-py); GET takes query, k, passages, skills as query
+    parameters (firecrawl-mcp). firecrawl-py's index filters (types, repos, sources, language,
+    topic, license, min_stars, max_stars, archived, fork, skills) are a 400: not crawld's."""
+
+    query: str
+    k: int = 10
+    passages: int = 3
+
+
+class DeveloperPassage(msgspec.Struct):
+    text: str
+
+
+class DeveloperResult(msgspec.Struct):
+    id: str
+    """`issue:owner/repo#n`, `pr:owner/repo#n`, `readme:owner/repo` or `doc:<hash>`"""
+    url: str
+    title: str
+    passages: list[DeveloperPassage]
+
+
+class DeveloperResponse(msgspec.Struct):
+    success: bool
+    results: list[DeveloperResult]
+
+
+DEVELOPER_QUERY = [
+    QueryParam("query", "The question or search phrase", required=True),
+    int_param("k", "Most results (default 10)", 1, 100),
+    int_param("passages", "Most passages a result (default 3)", 1, 5),
+    QueryParam("skills", "Firecrawl's agent-skill filter: not supported by crawld (400)"),
+]
+
+
 def routes(service: SearchService) -> list[ApiRoute]:
-    async def search(request: Request) -> Response:
+    async def run(body: bytes) -> dict[str, Any] | Response:
         try:
-            parsed = parse_search(await request_body(request), llm=service.crawl.llm,
+            parsed = parse_search(body, llm=service.crawl.llm,
                                   browser=service.crawl.browser is not None,
                                   stealth=service.crawl.stealth_proxies)  # fmt: skip
         except BadRequest as exc:
             return bad_request(exc)
         try:
-            answer = await service.search(parsed)
+            return await service.search(parsed)
         except SearchError as exc:
             return firecrawl_error(exc.status, exc.message, exc.code)
-        return json(answer)
+
+    async def search(request: Request) -> Response:
+        try:
+            body = await request_body(request)
+        except BadRequest as exc:
+            return bad_request(exc)
+        answer = await run(body)
+        return answer if isinstance(answer, Response) else json(answer)
+
+    async def developer_search(request: Request) -> Response:
+        try:
+            if request.method == "GET":
+                raw: dict[str, Any] = dict(request.query_params)
+            else:
+                raw = json_object(await request_body(request))
+            body, passages = developer.search_body(raw)
+        except BadRequest as exc:
+            return bad_request(exc)
+        answer = await run(msgspec.json.encode(body))
+        if isinstance(answer, Response):
+            return answer
+        return json({"success": True, "results": developer.results(answer, passages)})
 
     return [
         ApiRoute("POST", "/v2/search", search,
@@ -53,4 +110,16 @@ def routes(service: SearchService) -> list[ApiRoute]:
                  errors={400: "Bad Request, or [search] is not configured",
                          408: "SEARCH_TIMEOUT: the request's timeout passed",
                          502: "the search provider failed (unreachable, an error, bad JSON)"}),
+        *[ApiRoute(method, "/v2/search/developer", developer_search,
+                   "Firecrawl's developer search, answered by a search with categories"
+                   " [\"developer\"] (code hosts, Q&A, documentation sites): ranked"
+                   " {id, url, title, passages}",
+                   body=DeveloperRequest if method == "POST" else None,
+                   query=DEVELOPER_QUERY if method == "GET" else (),
+                   response=DeveloperResponse,
+                   errors={400: "Bad Request: query missing, k or passages out of range, or a"
+                                " filter of Firecrawl's own index (not supported by crawld);"
+                                " or [search] is not configured",
+                           408: "SEARCH_TIMEOUT", 502: "the search provider failed"})
+          for method in ("GET", "POST")],
     ]  # fmt: skip

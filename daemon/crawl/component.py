@@ -9,7 +9,7 @@
 # through the same [search] provider. The document cache is pruned by its own task and emptied by
 # prefix through DELETE /v2/cache. Crawl prompts (daemon/crawl/prompts/) read the LLM service too.
 # Monitors (/v2/monitor, daemon/crawl/monitors/) schedule checks that run on the same engine and
-# crawl service.
+# crawl service. Feedback (daemon/crawl/feedback/) is stored rows only, read by the console.
 from __future__ import annotations
 
 import functools
@@ -77,6 +77,7 @@ def install(daemon: Daemon) -> None:
     agent = AgentService(service, daemon.llm, search, daemon.config.agent)
     daemon.parts["agent"] = agent
     monitors = _install_monitors(daemon, service, search)
+    _install_feedback(daemon)
 
     async def run_crawl(daemon: Daemon, *, task_status: trio.TaskStatus[None]) -> None:
         await service.run(task_status=task_status)
@@ -122,6 +123,17 @@ def install(daemon: Daemon) -> None:
     daemon.jobs.add_canceller(agent.cancel)
     daemon.status_sections["crawl"] = crawl_section
     daemon.reload_hooks.append(on_reload)
+
+
+def _install_feedback(daemon: Daemon) -> None:
+    """/v2/feedback and search feedback: its service (stored rows only) and its routes."""
+    from daemon.api import feedback as feedback_api
+    from daemon.crawl.feedback.service import FeedbackService
+
+    assert daemon.store is not None
+    feedback = FeedbackService(daemon.store)
+    daemon.parts["feedback"] = feedback
+    daemon.routes[:0] = feedback_api.routes(feedback)
 
 
 def _install_monitors(

@@ -108,6 +108,7 @@ def fill(conn: Any) -> None:
                  " VALUES ('k1', 1, 't', 'a/', 'http://a/', 'done', 1)")  # fmt: skip
     conn.execute("INSERT INTO monitor_snapshots VALUES ('m1', 't', 'a/', 'http://a/', 's', '# A',"
                  " 0, 1)")  # fmt: skip
+    conn.execute("INSERT INTO feedback VALUES ('f1', 'search', 's1', 'good', X'7B7D', 1)")
 
 
 def counts(conn: Any) -> dict[str, int]:

@@ -61,6 +61,18 @@ class CreditUsage(msgspec.Struct, kw_only=True):
     data: CreditUsageData
 
 
+class CreditPeriod(msgspec.Struct, kw_only=True):
+    startDate: str
+    endDate: str | None
+    """None: the period still running"""
+    creditsUsed: int
+
+
+class CreditUsageHistorical(msgspec.Struct, kw_only=True):
+    success: bool
+    periods: list[CreditPeriod]
+
+
 class ProviderTokens(msgspec.Struct, kw_only=True):
     model: str
     requests: int
