@@ -380,3 +380,27 @@ async def test_tracker_shows_schedules_by_type_and_status_with_lag(
         close(chromium, page)
 
     await run(check)
+
+
+async def test_the_crawl_page_shows_feedback_as_text(
+    start_daemon: StartDaemon, chromium: Browser
+) -> None:
+    daemon = await start_daemon()
+    feedback = daemon.parts["feedback"]
+    search_id = "5b0c8f64-1d1e-4a57-9a53-0d5b1c2f3e4a"
+    await feedback.record_search(search_id, {
+        "rating": "partial", "missingContent": [{"topic": HOSTILE}],
+        "valuableSources": [{"url": "https://example.org/a", "reason": "on topic"}]})  # fmt: skip
+    url = base_url(daemon) + "/ui"
+
+    def check() -> None:
+        page = open_page(chromium, f"{url}#/crawl")
+        text = page.wait("document.getElementById('feedback').textContent")
+        assert "partial" in text and search_id[:8] in text
+        assert "valuable: https://example.org/a (on topic)" in text
+        assert f"missing: {HOSTILE}" in text
+        assert page.js("window.__pwned") is None
+        assert page.problems() == []
+        close(chromium, page)
+
+    await run(check)

@@ -580,7 +580,8 @@ function crawlPage(main) {
   main.append(el("h2", {}, "Crawl"), form, message, live);
   return {
     async refresh() {
-      const [active, jobs] = await Promise.all([api("/v2/crawl/active"), api("/ui/api/jobs?kind=crawl&limit=100")]);
+      const [active, jobs, feedback] = await Promise.all([api("/v2/crawl/active"),
+        api("/ui/api/jobs?kind=crawl&limit=100"), api("/v2/feedback?limit=20")]);
       const crawls = jobs.jobs.filter((j) => j.source && j.source.url !== undefined);
       fill(live, el("h3", {}, `Running (${active.crawls.length})`),
         active.crawls.length ? table(["id", "url", "created"], active.crawls.map((c) => [
@@ -591,9 +592,24 @@ function crawlPage(main) {
           const rate = j.completed / Math.max(1, (end - j.created_ms) / 1000);
           return [el("td", {}, el("a", { href: `#/job/${j.id}` }, j.id.slice(0, 8))), String(j.source.url),
             j.status, num(j.completed), rate.toFixed(2)];
-        })) : el("p", { class: "muted" }, "none"));
+        })) : el("p", { class: "muted" }, "none"),
+        el("h3", {}, `Feedback (${feedback.total})`), feedbackTable(feedback.data));
     },
   };
+}
+
+// Feedback from agents (firecrawl-mcp's feedback tools, GET /v2/feedback): newest first, what
+// they rated, the sources they valued and what they missed, all as text.
+function feedbackTable(items) {
+  if (!items.length) return el("p", { class: "muted" }, "none");
+  return el("div", { id: "feedback" }, table(["when", "endpoint", "target", "rating", "said"], items.map((f) => {
+    const b = f.body || {};
+    const said = [b.note, b.rationale, b.querySuggestions,
+      ...(b.valuableSources || []).map((v) => `valuable: ${v.url}${v.reason ? ` (${v.reason})` : ""}`),
+      ...(b.missingContent || []).map((m) => `missing: ${m.topic}`),
+      ...(b.issues || []).map((i) => `issue: ${i}`)].filter(Boolean).join(" · ");
+    return [f.createdAt, f.endpoint, f.targetId ? f.targetId.slice(0, 8) : "", f.rating, said];
+  })));
 }
 
 const PAGES = { overview: overviewPage, collector: collectorPage, jobs: jobsPage, job: jobPage,
