@@ -6,9 +6,11 @@ the credit history; all in /openapi.json and behind the API key."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import httpx
 import pytest
+from firecrawl import Firecrawl
 
 from daemon.fakes.searxng import SearxngSim
 from tests.crawlapi.conftest import CONFIG
@@ -190,3 +192,13 @@ async def test_routes_are_documented_and_behind_the_key(client: httpx.AsyncClien
     async with httpx.AsyncClient(base_url=str(client.base_url), trust_env=False,
                                  headers={"Authorization": f"Bearer {KEY}"}) as http:  # fmt: skip
         assert await stored(http) == 0
+
+
+async def test_firecrawl_py_developer_search_and_credit_history(base_url: str, sdk: Any) -> None:
+    fc = Firecrawl(api_url=base_url, api_key=KEY)
+    found = await sdk(fc.developer_search, "nurseries", k=2, passages=1)
+    assert found.success and len(found.results) == 2
+    assert all(len(r.passages) == 1 and r.id.split(":")[0] in {"issue", "pr", "readme", "doc"}
+               for r in found.results)  # fmt: skip
+    history = await sdk(fc._v2_client.get_credit_usage_historical, True)  # not re-exported
+    assert history.success and [p.creditsUsed for p in history.periods] == [0]
