@@ -55,7 +55,7 @@ def error_response(status: int, message: str, detail: Any = None) -> JSONRespons
 async def read_json_body(request: Request, type_: type[T], *, empty_ok: bool = True) -> T:
     """Decode the request body into `type_` or raise HTTPError(400/422) naming the field."""
     body = await request.body()
-    if not body.strip():
+    if not body:
         if empty_ok:
             body = b"{}"
         else:

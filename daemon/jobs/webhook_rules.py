@@ -49,7 +49,10 @@ def _any_case(text: str) -> str:
 
 # The same rules as JSON-schema patterns, for /openapi.json (and msgspec checks them on decode).
 # The sizes of all headers and metadata together are checked by the functions below only.
-URL_PATTERN = r"^https?://[^/\s]+[^\r\n\x00]*$"
+HOST_CHAR = r"[^/\s\x1c-\x1f]"
+"""Not a slash or white space (Python's `\\s` takes in 0x1c-0x1f, the JSON-schema engines' does
+not: both are named)."""
+URL_PATTERN = rf"^https?://{HOST_CHAR}+[^\r\n\x00]*$"
 HEADER_NAME_PATTERN = (
     "^"
     + "".join(f"(?!{_any_case(p)})" for p in _MANAGED_PREFIXES)
@@ -84,7 +87,7 @@ def url_problem(url: str) -> str | None:
     """Why `url` cannot be a webhook URL (scheme, host, length), or None."""
     if len(url) > MAX_URL_LENGTH:
         return f"url is {len(url)} characters long; at most {MAX_URL_LENGTH} are allowed"
-    if not re.match(r"^https?://[^/\s]+", url):
+    if not re.match(rf"^https?://{HOST_CHAR}+", url):
         return f"url must be an http:// or https:// URL, got {_name(url)}"
     if any(c in url for c in "\r\n\x00"):
         return "url may not contain CR, LF or NUL"
