@@ -1,7 +1,10 @@
 # The daemon's HTTP API is a list of `ApiRoute`s: each names its method, path, handler and the
 # msgspec types of its body, query and answer. One list feeds both Starlette's router and
-# /openapi.json, so the document cannot drift from the routes. Areas (control, collector, jobs,
-# tracker) each contribute `routes(daemon)` from their own module.
+# /openapi.json, so the document cannot drift from the routes: a body's rules are on its request
+# model (msgspec `Meta`), and what the running config adds or takes away (an [llm], a browser) is
+# named in the model by a deployment mark and given by the route's `deployment` when the
+# document is served. Areas (control, collector, jobs, tracker) each contribute `routes(daemon)`
+# from their own module.
 from __future__ import annotations
 
 import dataclasses
@@ -28,6 +31,7 @@ from daemon.api.errors import (
     handle_http_error,
 )
 from daemon.config import resolve_secret
+from daemon.jsonvalues import DEPLOYMENT
 from daemon.logs import get_logger
 from daemon.process import Daemon
 from daemon.store import DISK_FULL, STORAGE_ERRORS, StoreClosed
@@ -96,7 +100,8 @@ class ApiRoute:
     path: str
     handler: Handler
     summary: str
-    body: type | None = None
+    body: Any = None
+    """The msgspec type of the body: a class, or one `Annotated` with rules across its fields."""
     response: type | None = None
     query: Sequence[QueryParam] = ()
     errors: dict[int, str] = field(default_factory=dict)
@@ -110,19 +115,59 @@ class ApiRoute:
     upload_limit: Callable[[], int] | None = None
     """An upload route: multipart/form-data accepted at the edge, with this body limit (bytes)
     instead of [http] max_body; `body` is then documented as multipart."""
+    ok_also: type | None = None
+    """Another shape the success status may carry (Firecrawl answers some failures with 200 and
+    `success: false`)."""
+    deployment: Callable[[], Mapping[str, Mapping[str, Any]]] | None = None
+    """The schemas of the deployment marks (daemon.jsonvalues.DEPLOYMENT) in its body, as the
+    running config has them; read each time the document is served."""
+
+
+def deployment_schemas(routes: Sequence[ApiRoute]) -> dict[str, Any]:
+    """Every route's deployment schemas, by name, as the running config has them now."""
+    found: dict[str, Any] = {}
+    for route in routes:
+        if route.deployment is not None:
+            found.update(route.deployment())
+    return found
+
+
+def _resolve_marks(node: Any, known: Mapping[str, Any]) -> Any:
+    """`node` with each deployment-marked schema intersected with (`allOf`) a reference to the
+    deployment schema it names."""
+    if isinstance(node, list | tuple):
+        return [_resolve_marks(x, known) for x in node]
+    if not isinstance(node, dict):
+        return node
+    resolved = {k: _resolve_marks(v, known) for k, v in node.items() if k != DEPLOYMENT}
+    if DEPLOYMENT not in node:
+        return resolved
+    name = node[DEPLOYMENT]
+    if name not in known:
+        raise KeyError(f"no route gives the deployment schema {name!r}")
+    kept = {k: resolved.pop(k) for k in ("description", "default") if k in resolved}
+    ref = {"$ref": f"#/components/schemas/{name}"}
+    return {"allOf": [resolved, ref], **kept} if resolved else {**ref, **kept}
 
 
 def openapi_document(
-    routes: Sequence[ApiRoute], needs_key: Callable[[str], bool] | None = None
+    routes: Sequence[ApiRoute],
+    needs_key: Callable[[str], bool] | None = None,
+    deployment: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The OpenAPI document of `routes`; `needs_key(path)` says where the running config asks for
-    the API key (default: everywhere but OPEN_PATHS)."""
+    the API key (default: everywhere but OPEN_PATHS); `deployment` gives the deployment schemas
+    (default: the routes' own, read now)."""
     if needs_key is None:
         needs_key = lambda path: path not in OPEN_PATHS  # noqa: E731
-    types = [t for r in routes for t in (r.body, r.response) if t is not None]
+    if deployment is None:
+        deployment = deployment_schemas(routes)
+    types = [t for r in routes for t in (r.body, r.response, r.ok_also) if t is not None]
     schemas, components = msgspec.json.schema_components(
         types, ref_template="#/components/schemas/{name}"
     )
+    schemas = _resolve_marks(schemas, deployment)
+    components = {**_resolve_marks(components, deployment), **deployment}
     schema_of = dict(zip(types, schemas, strict=True))
     error_schema = {
         "type": "object",
@@ -158,7 +203,10 @@ def openapi_document(
             }
         ok: dict[str, Any] = {"description": "OK" if route.ok_status == 200 else "Accepted"}
         if route.response is not None:
-            ok["content"] = {route.content_type: {"schema": schema_of[route.response]}}
+            schema = schema_of[route.response]
+            if route.ok_also is not None:
+                schema = {"anyOf": [schema, schema_of[route.ok_also]]}
+            ok["content"] = {route.content_type: {"schema": schema}}
         elif route.content_type != "application/json":
             ok["content"] = {route.content_type: {"schema": {"type": "string"}}}
         op["responses"][str(route.ok_status)] = ok
@@ -206,10 +254,18 @@ def build_app(
     uploads = {r.path: r.upload_limit for r in routes if r.upload_limit is not None}
     if uploads:
         policy = dataclasses.replace(policy, uploads={**policy.uploads, **uploads})
-    document = msgspec.json.encode(openapi_document(routes, policy.needs_key))
+    served: dict[bytes, bytes] = {}
 
     async def openapi(request: Request) -> Response:
-        return Response(document, media_type="application/json")
+        # Rebuilt only when a reload changed what the deployment accepts.
+        deployment = deployment_schemas(routes)
+        key = msgspec.json.encode(deployment)
+        if key not in served:
+            served.clear()
+            served[key] = msgspec.json.encode(
+                openapi_document(routes, policy.needs_key, deployment)
+            )
+        return Response(served[key], media_type="application/json")
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return error_response(404, "not found", {"path": request.url.path})
