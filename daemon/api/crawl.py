@@ -19,7 +19,7 @@ from daemon.api.app import ApiRoute, QueryParam, json, public_base_url
 from daemon.clock import wall_ms
 from daemon.crawl.fetching.fetch import FetchError
 from daemon.crawl.metrics import maps, scrapes
-from daemon.crawl.options import models, responses
+from daemon.crawl.options import deployment, models, responses
 from daemon.crawl.problems import BadRequest
 from daemon.crawl.prompts.service import NOT_CONFIGURED, PROMPT_ERRORS, CrawlPrompts, PromptError
 from daemon.crawl.runs.mapper import MapTimeout
@@ -32,8 +32,11 @@ TEAM_ID = "crawld"
 """The `teamId` of active crawls: crawld has one team."""
 
 STATUS_BY_CODE = {"SCRAPE_TIMEOUT": 408, "CRAWL_DENIAL": 403, "SCRAPE_NO_CACHED_DATA": 404,
-                  "SCRAPE_LOCKDOWN_CACHE_MISS": 404, "SCRAPE_PDF_OCR_REQUIRED": 422}  # fmt: skip
-"""HTTP status of a failed scrape by Firecrawl code; any other code is a 500."""
+                  "SCRAPE_LOCKDOWN_CACHE_MISS": 404, "SCRAPE_PDF_OCR_REQUIRED": 422,
+                  "SCRAPE_DNS_RESOLUTION_ERROR": 200}  # fmt: skip
+"""HTTP status of a failed scrape by Firecrawl code; any other code is a 500. A host that does
+not resolve is Firecrawl's 200 with `success: false` (its v2 scrape controller): the SDKs raise
+their DNS error from the code, whatever the status."""
 
 
 def firecrawl_error(status: int, error: str, code: str | None = None, **extra: Any) -> Response:
@@ -286,19 +289,43 @@ class CrawlHandlers:
         ))  # fmt: skip
 
 
+def llm_providers(service: CrawlService) -> list[str]:
+    """The `[llm]` providers the service can call now (none: no [llm])."""
+    return list(service.llm.provider_names()) if service.llm is not None else []
+
+
+def scrape_deployment(service: CrawlService) -> Callable[[], dict[str, Any]]:
+    """The deployment schemas of the scrape options (formats, actions) for `service`'s config."""
+
+    def schemas() -> dict[str, Any]:
+        return deployment.format_schemas(browser=service.browser is not None,
+                                         providers=llm_providers(service))  # fmt: skip
+
+    return schemas
+
+
+SCRAPE_ERRORS = {
+    400: "Bad Request: unknown keys, invalid values, unsupported options",
+    403: "address refused (SSRF guard: loopback, private and other non-public addresses)",
+    404: "SCRAPE_NO_CACHED_DATA (minAge) or SCRAPE_LOCKDOWN_CACHE_MISS (lockdown): no cached"
+    " copy, nothing was fetched",
+    408: "SCRAPE_TIMEOUT",
+    422: "SCRAPE_PDF_OCR_REQUIRED: a scanned PDF with mode fast, or OCR off",
+    500: "the page could not be fetched (code: SCRAPE_SITE_ERROR, SCRAPE_SSL_ERROR, ...)",
+}
+"""What a scrape may answer besides 200; a host that does not resolve is a 200 with `success:
+false` and code SCRAPE_DNS_RESOLUTION_ERROR, as Firecrawl answers it."""
+
+
 def routes(service: CrawlService, prompts: CrawlPrompts | None = None) -> list[ApiRoute]:
     h = CrawlHandlers(service, prompts)
     crawl_errors = {400: "Bad Request: unknown keys, invalid values, unsupported options"}
+    schemas = scrape_deployment(service)
     return [
         ApiRoute("POST", "/v2/scrape", h.scrape,
                  "Scrape one URL into a document (markdown, html, rawHtml, links, images)",
-                 body=models.ScrapeOptions, response=responses.ScrapeResponse,
-                 errors={**crawl_errors, 403: "address refused (SSRF guard)",
-                         404: "SCRAPE_NO_CACHED_DATA (minAge) or SCRAPE_LOCKDOWN_CACHE_MISS"
-                              " (lockdown): no cached copy, nothing was fetched",
-                         408: "SCRAPE_TIMEOUT",
-                         422: "SCRAPE_PDF_OCR_REQUIRED: a scanned PDF with mode fast, or OCR off",
-                         500: "the page could not be fetched (code)"}),
+                 body=models.ScrapeBody, body_required=True, response=responses.ScrapeResponse,
+                 ok_also=responses.FirecrawlError, errors=SCRAPE_ERRORS, deployment=schemas),
         ApiRoute("GET", "/v2/crawl/active", h.active, "Running crawls (batches are not listed)",
                  response=responses.ActiveCrawls),
         ApiRoute("GET", "/v2/crawl/ongoing", h.active, "Alias of /v2/crawl/active",
@@ -306,16 +333,17 @@ def routes(service: CrawlService, prompts: CrawlPrompts | None = None) -> list[A
         ApiRoute("POST", "/v2/crawl", h.start_crawl,
                  "Start a crawl; poll GET /v2/crawl/{id} (header x-idempotency-key honoured);"
                  " with `prompt`, options generated from it ([llm]) under the request's own",
-                 body=models.CrawlRequest, response=models.StartResponse,
+                 body=models.CrawlRequest, body_required=True, response=models.StartResponse,
                  errors={**PROMPT_ERRORS,
-                         400: f"{crawl_errors[400]}; with `prompt`, {PROMPT_ERRORS[400]}"}),
+                         400: f"{crawl_errors[400]}; with `prompt`, {PROMPT_ERRORS[400]}"},
+                 deployment=schemas),
         ApiRoute("POST", "/v2/batch/scrape", h.start_batch,
                  "Start a batch scrape, or add URLs to one (appendToId)",
-                 response=models.StartResponse,
+                 body=models.BatchBody, body_required=True, response=models.StartResponse,
                  errors={**crawl_errors, 404: "appendToId: Job not found",
-                         409: "appendToId: the job already finished"}),
+                         409: "appendToId: the job already finished"}, deployment=schemas),
         ApiRoute("POST", "/v2/map", h.map, "The URLs of a site (sitemaps and links)",
-                 body=models.MapRequest, response=responses.MapResponse,
+                 body=models.MapRequest, body_required=True, response=responses.MapResponse,
                  errors={**crawl_errors, 408: "MAP_TIMEOUT"}),
         ApiRoute("GET", "/v2/team/credit-usage", h.credit_usage,
                  "Remaining credits: crawld counts none, so it answers what a self-hosted"

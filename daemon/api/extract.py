@@ -6,6 +6,7 @@
 # run.py).
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -13,22 +14,36 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from daemon.api.app import UUID_PARAM, ApiRoute, json
-from daemon.api.crawl import bad_request, firecrawl_error, request_body
+from daemon.api.crawl import (
+    bad_request,
+    firecrawl_error,
+    llm_providers,
+    request_body,
+    scrape_deployment,
+)
 from daemon.api.jobs import iso
 from daemon.crawl.extract.models import (
-    ExtractRequest,
+    ExtractBody,
     ExtractStarted,
     ExtractStatus,
+    V1ExtractBodyRules,
+    extract_rules,
     parse_extract,
     v1_body,
 )
 from daemon.crawl.extract.service import ExtractService
+from daemon.crawl.options.deployment import provider_schemas
 from daemon.crawl.problems import BadRequest
+from daemon.crawl.v1.models import v1_schemas
 
 NO_LLM = (
     "/v2/extract needs an LLM and none is configured: add an [llm] section (base_url, model) to"
     " crawld's config.toml"
 )
+NOT_CONFIGURED = 501
+"""Extract on a crawld without [llm]: the feature is missing here, the request is not bad
+(Firecrawl's self-hosted server answers 501 for a service it is not configured with; the SDKs
+raise their error with this message)."""
 STATUS = {"scraping": "processing"}
 """The jobs part's status → Firecrawl's extract status (processing | completed | failed |
 cancelled)."""
@@ -40,6 +55,21 @@ def _no_llm(path: str, message: str) -> Response:
     return bad_request(BadRequest.at(path, message))
 
 
+def extract_deployment(service: ExtractService) -> Callable[[], dict[str, Any]]:
+    """The deployment schemas of extract bodies: the rules with or without [search], the
+    `[llm]` providers, the scrape options' (v1's too)."""
+    scrape = scrape_deployment(service.crawl)
+
+    def schemas() -> dict[str, Any]:
+        providers = llm_providers(service.crawl)
+        return {**scrape(), **provider_schemas(providers),
+                **v1_schemas(browser=service.crawl.browser is not None, providers=providers),
+                **extract_rules(search=service.can_search),
+                **extract_rules(search=service.can_search, v1=True)}  # fmt: skip
+
+    return schemas
+
+
 def routes(service: ExtractService) -> list[ApiRoute]:
     async def start(request: Request) -> Response:
         return await _start(request, v1=False)
@@ -49,7 +79,7 @@ def routes(service: ExtractService) -> list[ApiRoute]:
 
     async def _start(request: Request, *, v1: bool) -> Response:
         if not service.configured():
-            return _no_llm("$", NO_LLM)
+            return firecrawl_error(NOT_CONFIGURED, NO_LLM, "LLM_NOT_CONFIGURED")
         try:
             body = await request_body(request)
             plan = parse_extract(
@@ -96,14 +126,19 @@ def routes(service: ExtractService) -> list[ApiRoute]:
             )
         )
 
+    errors = {
+        400: "Bad Request: unknown keys, invalid values or schema, enableWebSearch without a"
+        " search provider",
+        501: "LLM_NOT_CONFIGURED: this crawld has no [llm] to extract with",
+    }
+    schemas = extract_deployment(service)
     return [
         ApiRoute("POST", "/v2/extract", start,
                  "Start an extract job: structured data from the pages of `urls` (a URL ending in"
                  " /* is expanded by crawling that part of the site, up to `limit` pages), one"
                  " model call per page, merged into one object; poll GET /v2/extract/{id}",
-                 body=ExtractRequest, response=ExtractStarted,
-                 errors={400: "Bad Request: unknown keys, invalid values or schema, no [llm]"
-                              " configured, enableWebSearch without a search provider"}),
+                 body=ExtractBody, body_required=True, response=ExtractStarted, errors=errors,
+                 deployment=schemas),
         ApiRoute("GET", "/v2/extract/{id}", status,
                  "An extract job's status; `data` is the merged object once completed",
                  response=ExtractStatus, path_params={"id": UUID_PARAM},
@@ -111,8 +146,8 @@ def routes(service: ExtractService) -> list[ApiRoute]:
         ApiRoute("POST", "/v1/extract", start_v1,
                  "v1 twin of POST /v2/extract (ignoreInvalidURLs false and onlyMainContent false"
                  " by default, v1 scrapeOptions)",
-                 body=ExtractRequest, response=ExtractStarted,
-                 errors={400: "Bad Request: as POST /v2/extract"}),
+                 body=V1ExtractBodyRules, body_required=True, response=ExtractStarted,
+                 errors=errors, deployment=schemas),
         ApiRoute("GET", "/v1/extract/{id}", status, "v1 twin of GET /v2/extract/{id}",
                  response=ExtractStatus, path_params={"id": UUID_PARAM},
                  errors={404: "Extract job not found"}),

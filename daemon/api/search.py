@@ -1,7 +1,8 @@
 # POST /v2/search over HTTP, in Firecrawl's shapes: validation problems are its 400 with
-# `details`; a search while `[search]` is off is a 400 saying how to turn it on; a provider that
-# fails is a 502 and a search that outlives its `timeout` Firecrawl's 408, both `{success: false,
-# error, code}` so the SDKs raise the error their users expect.
+# `details`; a search while `[search]` is off is a 501 (the feature is missing here, the request
+# is fine) saying how to turn it on; a provider that fails is a 502 and a search that outlives its
+# `timeout` Firecrawl's 408, all `{success: false, error, code}` so the SDKs raise the error
+# their users expect.
 from __future__ import annotations
 
 from typing import Any
@@ -11,11 +12,18 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from daemon.api.app import ApiRoute, QueryParam, int_param, json
-from daemon.api.crawl import bad_request, firecrawl_error, request_body
+from daemon.api.crawl import bad_request, firecrawl_error, request_body, scrape_deployment
 from daemon.crawl.problems import BadRequest, json_object
 from daemon.crawl.search import developer
-from daemon.crawl.search.service import SearchRequest, SearchService, parse_search
+from daemon.crawl.search.service import SearchBody, SearchService, parse_search
 from daemon.search import SearchError
+
+SEARCH_ERRORS = {
+    400: "Bad Request: unknown keys, invalid values, unsupported options",
+    408: "SEARCH_TIMEOUT: the request's timeout passed",
+    501: "SEARCH_NOT_CONFIGURED: this crawld has no [search] provider",
+    502: "the search provider failed (unreachable, an error, bad JSON)",
+}
 
 
 class SearchData(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -106,10 +114,8 @@ def routes(service: SearchService) -> list[ApiRoute]:
         ApiRoute("POST", "/v2/search", search,
                  "Search the web through the configured provider ([search], SearXNG); with"
                  " scrapeOptions.formats each web and news result is scraped",
-                 body=SearchRequest, response=SearchResponse,
-                 errors={400: "Bad Request, or [search] is not configured",
-                         408: "SEARCH_TIMEOUT: the request's timeout passed",
-                         502: "the search provider failed (unreachable, an error, bad JSON)"}),
+                 body=SearchBody, body_required=True, response=SearchResponse,
+                 errors=SEARCH_ERRORS, deployment=scrape_deployment(service.crawl)),
         *[ApiRoute(method, "/v2/search/developer", developer_search,
                    "Firecrawl's developer search, answered by a search with categories"
                    " [\"developer\"] (code hosts, Q&A, documentation sites): ranked"
@@ -118,8 +124,9 @@ def routes(service: SearchService) -> list[ApiRoute]:
                    query=DEVELOPER_QUERY if method == "GET" else (),
                    response=DeveloperResponse,
                    errors={400: "Bad Request: query missing, k or passages out of range, or a"
-                                " filter of Firecrawl's own index (not supported by crawld);"
-                                " or [search] is not configured",
-                           408: "SEARCH_TIMEOUT", 502: "the search provider failed"})
+                                " filter of Firecrawl's own index (not supported by crawld)",
+                           408: "SEARCH_TIMEOUT",
+                           501: "SEARCH_NOT_CONFIGURED: this crawld has no [search] provider",
+                           502: "the search provider failed"})
           for method in ("GET", "POST")],
     ]  # fmt: skip

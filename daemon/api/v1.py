@@ -16,6 +16,7 @@ from starlette.responses import Response
 
 from daemon.api.app import ApiRoute, json
 from daemon.api.crawl import (
+    SCRAPE_ERRORS,
     bad_request,
     batch_started,
     check_job_id,
@@ -23,15 +24,19 @@ from daemon.api.crawl import (
     firecrawl_error,
     idempotency_key,
     job_routes,
+    llm_providers,
     mapped,
     request_body,
+    scrape_deployment,
     scraped,
 )
 from daemon.api.crawl import routes as v2_routes
+from daemon.api.search import SEARCH_ERRORS
 from daemon.crawl.options import models, responses
 from daemon.crawl.problems import BadRequest, json_object
 from daemon.crawl.runs.service import CrawlService
-from daemon.crawl.search.service import SearchService, parse_search
+from daemon.crawl.search.service import SearchService, V1SearchBody, parse_search
+from daemon.crawl.v1 import models as v1_models
 from daemon.crawl.v1 import translate as v1
 from daemon.search import SearchError
 
@@ -159,25 +164,33 @@ def routes(service: CrawlService, search: SearchService) -> list[ApiRoute]:
         if r.path.startswith("/v2/crawl/{id}")
     ]
     errors = {400: "Bad Request: unknown keys, invalid values, unsupported options"}
+    scrape = scrape_deployment(service)
+
+    def schemas() -> dict[str, Any]:
+        return {**scrape(), **v1_models.v1_schemas(browser=service.browser is not None,
+                                                   providers=llm_providers(service))}  # fmt: skip
+
     return [
         ApiRoute("POST", "/v1/scrape", h.scrape, "v1: scrape one URL (formats as v1 strings)",
-                 response=responses.ScrapeResponse,
-                 errors={**errors, 403: "address refused (SSRF guard)", 408: "SCRAPE_TIMEOUT",
-                         500: "the page could not be fetched (code)"}),
+                 body=v1_models.with_rules(v1_models.V1ScrapeBody), body_required=True,
+                 response=responses.ScrapeResponse, ok_also=responses.FirecrawlError,
+                 errors=SCRAPE_ERRORS, deployment=schemas),
         dataclasses.replace(active, path="/v1/crawl/active", summary="v1: running crawls"),
         dataclasses.replace(active, path="/v1/crawl/ongoing", summary="v1: alias of active"),
         ApiRoute("POST", "/v1/crawl", h.start_crawl,
                  "v1: start a crawl (maxDepth, allowBackwardLinks, ignoreSitemap); poll GET"
-                 " /v1/crawl/{id}", response=models.StartResponse, errors=errors),
+                 " /v1/crawl/{id}", body=v1_models.V1CrawlBody, body_required=True,
+                 response=models.StartResponse, errors=errors, deployment=schemas),
         ApiRoute("POST", "/v1/batch/scrape", h.start_batch, "v1: start a batch scrape",
-                 response=models.StartResponse,
+                 body=v1_models.with_rules(v1_models.V1BatchBody, **models.BATCH_RULES),
+                 body_required=True, response=models.StartResponse,
                  errors={**errors, 404: "appendToId: Job not found",
-                         409: "appendToId: the job already finished"}),
+                         409: "appendToId: the job already finished"}, deployment=schemas),
         ApiRoute("POST", "/v1/map", h.map_, "v1: the URLs of a site, as strings",
-                 response=V1MapResponse, errors={**errors, 408: "MAP_TIMEOUT"}),
+                 body=v1_models.V1MapBody, body_required=True, response=V1MapResponse,
+                 errors={**errors, 408: "MAP_TIMEOUT"}),
         ApiRoute("POST", "/v1/search", h.search_, "v1: web search ([search]); data is a list",
-                 response=V1SearchResponse,
-                 errors={400: "Bad Request, or [search] is not configured",
-                         408: "SEARCH_TIMEOUT", 502: "the search provider failed"}),
+                 body=V1SearchBody, body_required=True, response=V1SearchResponse,
+                 errors=SEARCH_ERRORS, deployment=schemas),
         *mounted,
     ]  # fmt: skip

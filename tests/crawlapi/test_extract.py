@@ -219,7 +219,7 @@ async def test_every_page_failing_fails_the_job_with_the_reason(
         ({"urls": ["http://a.test/"], "prompt": "x", "enableWebSearch": True},
          "$.enableWebSearch", "web search is not configured"),
         ({"urls": ["http://a.test/"], "prompt": "x", "bogus": 1}, "$.bogus", "unrecognized key"),
-        ({"urls": ["http://a.test/"], "prompt": "x", "limit": 0}, "$.limit", "between 1"),
+        ({"urls": ["http://a.test/"], "prompt": "x", "limit": 0}, "$.limit", ">= 1"),
         ({"urls": ["ftp://a.test/"], "prompt": "x", "ignoreInvalidURLs": False}, "$.urls[0]",
          "http"),
         ({"urls": ["http://a.test/"], "prompt": "x" * 10_001}, "$.prompt", "10000"),

@@ -57,6 +57,11 @@ async def test_scrape_failures_map_to_sdk_errors(
 ) -> None:
     with pytest.raises(DNSResolutionError):
         await sdk(fc.scrape, "http://nowhere.test/")
+    # Firecrawl's v2 scrape answers a host that does not resolve with 200 and success: false
+    unresolved = await client.post("/v2/scrape", json={"url": "http://nowhere.test/"})
+    assert unresolved.status_code == 200, unresolved.text
+    assert unresolved.json()["success"] is False
+    assert unresolved.json()["code"] == "SCRAPE_DNS_RESOLUTION_ERROR"
     with pytest.raises(WebsiteNotSupportedError, match="refused"):
         await sdk(fc.scrape, site.url("/redirect/metadata"))  # the SSRF guard at a redirect hop
     answer = await client.post("/v2/scrape", json={"url": "http://169.254.169.254/latest/"})
@@ -88,7 +93,7 @@ async def test_scrape_failures_map_to_sdk_errors(
         ({"formats": ["bogus"]}, "$.formats[0]", "unknown format"),
         ({"actions": [{"type": "wait", "milliseconds": 5}]}, "$.actions", "browser"),
         ({"colour": "blue"}, "$.colour", "unrecognized key"),
-        ({"timeout": 5}, "$.timeout", "between 1000"),
+        ({"timeout": 5}, "$.timeout", ">= 1000"),
     ],
 )
 async def test_unsupported_options_are_refused_with_their_path(

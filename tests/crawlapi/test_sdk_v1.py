@@ -99,6 +99,6 @@ async def test_v1_bad_requests_name_v1_fields(
     assert field in {d["path"] for d in response.json()["details"]}
 
 
-async def test_v1_search_without_provider_is_a_clear_400(client: httpx.AsyncClient) -> None:
+async def test_v1_search_without_provider_is_a_clear_501(client: httpx.AsyncClient) -> None:
     response = await client.post("/v1/search", json={"query": "q"})
-    assert response.status_code == 400 and response.json()["code"] == "SEARCH_NOT_CONFIGURED"
+    assert response.status_code == 501 and response.json()["code"] == "SEARCH_NOT_CONFIGURED"

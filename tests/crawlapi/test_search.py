@@ -149,7 +149,8 @@ async def test_unreachable_provider_and_search_turned_off(
     assert gone.status_code == 502 and "unreachable" in gone.json()["error"]
     search.configure(SearchConfig())
     off = await client.post("/v2/search", json={"query": "q"})
-    assert off.status_code == 400 and off.json()["code"] == "SEARCH_NOT_CONFIGURED"
+    # a feature this crawld lacks, not a bad request (Firecrawl's self-hosted 501)
+    assert off.status_code == 501 and off.json()["code"] == "SEARCH_NOT_CONFIGURED"
     assert "[search] base_url" in off.json()["error"]
     status = (await client.get("/status")).json()["crawl"]["search"]
     assert status["enabled"] is False and status["failed"] >= 2

@@ -11,12 +11,25 @@ import msgspec
 
 from daemon.crawl.problems import Problem, problem
 
-__all__ = ["MODES", "ParserPlan", "PdfParser", "parser_plan", "parsers_problems"]
+__all__ = ["MODES", "PARSER_SCHEMA", "ParserPlan", "PdfParser", "parser_plan", "parsers_problems"]
 
 MODES = ("fast", "auto", "ocr")
+MAX_PAGES = 10_000
 _PDF_KEYS = frozenset({"type", "mode", "maxPages", "pages", "pageMarkdown", "pageMarkers",
                        "blocks"})  # fmt: skip
 _FLAGS = ("pages", "pageMarkdown", "pageMarkers", "blocks")
+_FLAG = {"type": ["boolean", "null"]}
+PARSER_SCHEMA = {"anyOf": [
+    {"enum": ["pdf", "image"]},
+    {"type": "object", "required": ["type"], "additionalProperties": False,
+     "properties": {"type": {"const": "image"}}},
+    {"type": "object", "required": ["type"], "additionalProperties": False, "properties": {
+        "type": {"const": "pdf"}, "mode": {"enum": [*MODES, None]},
+        "maxPages": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_PAGES},
+                               {"type": "null"}]},
+        **dict.fromkeys(_FLAGS, _FLAG), "blocks": {"enum": [False, None]}}},
+]}  # fmt: skip
+"""One entry of `parsers` as parsers_problems checks it (for /openapi.json)."""
 
 
 class PdfParser(msgspec.Struct, frozen=True):
@@ -97,8 +110,8 @@ def _pdf_problems(parser: dict[str, Any], where: str) -> list[Problem]:
             problem(f"{where}.mode", f"unknown mode {str(mode)[:40]!r}: one of fast, auto, ocr")
         )
     pages = parser.get("maxPages")
-    if pages is not None and (type(pages) is not int or not 1 <= pages <= 10_000):
-        problems.append(problem(f"{where}.maxPages", "between 1 and 10000"))
+    if pages is not None and (type(pages) is not int or not 1 <= pages <= MAX_PAGES):
+        problems.append(problem(f"{where}.maxPages", f"between 1 and {MAX_PAGES}"))
     for flag in _FLAGS:
         if parser.get(flag) is not None and not isinstance(parser[flag], bool):
             problems.append(problem(f"{where}.{flag}", "true or false"))

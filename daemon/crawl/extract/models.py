@@ -7,9 +7,10 @@
 # on exactly what was accepted.
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+from msgspec import Meta
 
 from daemon.config import WebhookSpec, WebhookURL
 from daemon.crawl.options.models import (
@@ -19,6 +20,13 @@ from daemon.crawl.options.models import (
     url_problems,
     webhook_of,
 )
+from daemon.crawl.options.schemas import (
+    HTTP_URL,
+    INTEGRATION,
+    JSON_SCHEMA,
+    MAX_SAFE_INTEGER,
+    UNSUPPORTED,
+)
 from daemon.crawl.problems import (
     BadRequest,
     Problem,
@@ -27,7 +35,9 @@ from daemon.crawl.problems import (
     problem,
     unknown_keys,
 )
+from daemon.crawl.v1 import models as v1_models
 from daemon.crawl.v1 import translate as v1
+from daemon.jsonvalues import deployment_schema
 from daemon.llm import rules as llm_rules
 
 MAX_URLS = 10
@@ -41,36 +51,104 @@ is one model call, so the default stays small (Firecrawl's map default is far la
 MAX_LIMIT = 10_000
 
 
-class ExtractRequest(msgspec.Struct, kw_only=True):
-    urls: list[str] | None = None
-    prompt: str | None = None
-    systemPrompt: str | None = None
-    schema: dict[str, Any] | None = None
-    limit: int | None = None
+class ExtractScrapeOptions(ScrapeOptions, kw_only=True, forbid_unknown_fields=True):
+    """An extract's `scrapeOptions`: each page is read as markdown whatever `formats` says (a
+    warning tells so)."""
+
+    formats: list[str | dict[str, Any]] = msgspec.field(default_factory=lambda: ["markdown"])
+
+
+Prompt = Annotated[str, Meta(max_length=MAX_PROMPT)]
+JobTimeout = Annotated[int, Meta(ge=1000, le=MAX_SAFE_INTEGER, description="milliseconds")]
+
+
+class ExtractRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    urls: Annotated[list[str], Meta(extra_json_schema={"maxItems": MAX_URLS})] | None = None
+    prompt: Prompt | None = None
+    systemPrompt: Prompt | None = None
+    schema: Annotated[dict[str, Any], Meta(extra_json_schema=JSON_SCHEMA)] | None = None
+    limit: Annotated[int, Meta(ge=1, le=MAX_LIMIT)] | None = None
     ignoreSitemap: bool = False
     includeSubdomains: bool = True
     allowExternalLinks: bool = False
     enableWebSearch: bool = False
-    scrapeOptions: ScrapeOptions | None = None
+    scrapeOptions: ExtractScrapeOptions | None = None
     origin: str | None = None
-    integration: str | None = None
+    integration: Annotated[str, Meta(extra_json_schema=INTEGRATION)] | None = None
     urlTrace: bool = False
-    timeout: int | None = None
+    timeout: JobTimeout | None = None
     """Milliseconds for the whole job, from its creation; a job past it fails."""
-    agent: dict[str, Any] | None = None
+    agent: Annotated[dict[str, Any] | None, UNSUPPORTED] = None
     showSources: bool = False
     ignoreInvalidURLs: bool = True
     webhook: WebhookURL | WebhookSpec | None = None
-    threatProtection: dict[str, Any] | None = None
-    provider: str | None = None
+    threatProtection: Annotated[dict[str, Any] | None, UNSUPPORTED] = None
+    provider: Annotated[str, Meta(extra_json_schema=deployment_schema("LlmProvider"))] | None = None
     """crawld's own: a named `[llm.providers]` entry instead of the default model."""
+    # Firecrawl's older names, taken and dropped (showSources for the first).
+    experimental_showSources: Any = msgspec.field(default=None, name="__experimental_showSources")
+    experimental_streamSteps: Any = msgspec.field(default=None, name="__experimental_streamSteps")
+    experimental_llmUsage: Any = msgspec.field(default=None, name="__experimental_llmUsage")
+    experimental_showCostTracking: Any = msgspec.field(
+        default=None, name="__experimental_showCostTracking")  # fmt: skip
+    experimental_cacheKey: Any = msgspec.field(default=None, name="__experimental_cacheKey")
+    experimental_cacheMode: Any = msgspec.field(default=None, name="__experimental_cacheMode")
 
 
+ExtractBody = Annotated[ExtractRequest, Meta(extra_json_schema=deployment_schema("ExtractRules"))]
+"""An extract body with the rules between its fields (urls or a prompt, web search), which
+depend on whether this deployment has a search provider."""
 _EXPERIMENTAL = frozenset(
-    {"__experimental_showSources", "__experimental_streamSteps", "__experimental_llmUsage",
-     "__experimental_showCostTracking", "__experimental_cacheKey", "__experimental_cacheMode"}
+    f.encode_name
+    for f in msgspec.structs.fields(ExtractRequest)
+    if f.name.startswith("experimental_")
+)
+_KEYS = frozenset(f.encode_name for f in msgspec.structs.fields(ExtractRequest))
+
+
+V1ExtractBody = v1_models.body_model(
+    "V1ExtractBody", "The body of POST /v1/extract: v1's scrapeOptions (onlyMainContent false by"
+    " default), ignoreInvalidURLs false by default.",
+    v1_models.borrowed(ExtractRequest, set(ExtractRequest.__struct_fields__) - {"scrapeOptions"},
+                       ignoreInvalidURLs=(bool, False),
+                       scrapeOptions=(v1_models.with_rules(v1_models.V1ScrapeOptions | None),
+                                      None)),
+    rename={f.name: f.encode_name for f in msgspec.structs.fields(ExtractRequest)
+            if f.name != f.encode_name},
 )  # fmt: skip
-_KEYS = frozenset(ExtractRequest.__struct_fields__) | _EXPERIMENTAL
+
+V1ExtractBodyRules = v1_models.marked(V1ExtractBody, "V1ExtractRules")
+
+
+def extract_rules(*, search: bool, v1: bool = False) -> dict[str, Any]:
+    """`ExtractRules` (`V1ExtractRules` with `v1`): the rules between an extract body's fields,
+    with or without [search]."""
+    no_urls = {"anyOf": [{"not": {"required": ["urls"]}},
+                         {"properties": {"urls": {"type": ["null"]}}},
+                         {"properties": {"urls": {"maxItems": 0}}}]}  # fmt: skip
+    prompt = {"required": ["prompt"],
+              "properties": {"prompt": {"type": "string", "minLength": 1}}}  # fmt: skip
+    web_search = {
+        "required": ["enableWebSearch"],
+        "properties": {"enableWebSearch": {"const": True}},
+    }
+    given = {"required": ["ignoreInvalidURLs"], "properties": {"ignoreInvalidURLs": {"const": v1}}}
+    rules: list[dict[str, Any]] = [  # every URL valid unless invalid ones are ignored
+        {"if": {"not": given} if v1 else given,
+         "then": {"properties": {"urls": {"anyOf": [{"type": "null"},
+                                                     {"items": {"type": "string", **HTTP_URL}}]}}}},
+        {"if": {"not": web_search},
+         "then": {"properties": {"urls": {"anyOf": [
+             {"type": "null"}, {"maxItems": 0}, {"contains": {"type": "string", **HTTP_URL}}]}}}},
+    ]  # fmt: skip
+    if search:
+        rules += [{"if": {"anyOf": [no_urls, web_search]}, "then": prompt}]
+    else:
+        rules += [{"not": no_urls}, {"not": web_search}]
+    return {("V1ExtractRules" if v1 else "ExtractRules"): {"allOf": rules, "description": (
+        "urls, or a prompt to search the web for (with a search provider); with"
+        " enableWebSearch a prompt; without ignoreInvalidURLs every URL valid, else one at"
+        " least")}}  # fmt: skip
 
 
 class ExtractPlan(msgspec.Struct, kw_only=True):
@@ -154,6 +232,7 @@ def _raw_problems(raw: dict[str, Any]) -> list[Problem]:
         problems += unknown_keys(
             nested, frozenset(ScrapeOptions.__struct_fields__), "$.scrapeOptions"
         )
+        problems += client_field_problems(nested, "$.scrapeOptions")
     if raw.pop("__experimental_showSources", False) is True:
         raw.setdefault("showSources", True)
     for key in _EXPERIMENTAL:
@@ -182,16 +261,8 @@ def _request_problems(request: ExtractRequest, urls: list[str], search: bool) ->
                      " ([search]); send enableWebSearch: false (or leave it out) and list the"
                      " urls")
         )  # fmt: skip
-    for key in ("prompt", "systemPrompt"):
-        text = getattr(request, key)
-        if text is not None and len(text) > MAX_PROMPT:
-            problems.append(problem(f"$.{key}", f"at most {MAX_PROMPT} characters"))
     if search and (request.enableWebSearch or not urls) and not request.prompt:
         problems.append(problem("$.prompt", "required for a web search: what to search for"))
-    if request.limit is not None and not 1 <= request.limit <= MAX_LIMIT:
-        problems.append(problem("$.limit", f"an integer between 1 and {MAX_LIMIT}"))
-    if request.timeout is not None and request.timeout < 1000:
-        problems.append(problem("$.timeout", "milliseconds, at least 1000"))
     if request.agent:
         problems.append(problem("$.agent", "agents (FIRE-1) are not supported by crawld"))
     if request.threatProtection:
@@ -226,7 +297,8 @@ def _page_options(
 ) -> tuple[ScrapeOptions, list[str]]:
     """The scrape options of every page (markdown only) and the warnings; their problems are
     added to `problems`."""
-    options = request.scrapeOptions or ScrapeOptions()
+    given = request.scrapeOptions
+    options = ScrapeOptions(**msgspec.structs.asdict(given)) if given else ScrapeOptions()
     warnings: list[str] = []
     if any(f not in ("markdown", {"type": "markdown"}) for f in options.formats):
         warnings.append("scrapeOptions.formats is ignored: /v2/extract reads each page as markdown")

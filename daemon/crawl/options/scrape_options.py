@@ -12,21 +12,28 @@
 # Refusing is a 400 naming the option and saying which of the two it is (daemon/crawl/problems.py
 # words both), never silent emptiness; harmless ignored ones that change the result add a
 # `warning` to the answer.
+#
+# /openapi.json is made from ScrapeOptions: msgspec enforces the `Meta` bounds, the checks below
+# the rest, declared on the field from the same constants; the formats and actions a deployment
+# serves are its deployment schemas (daemon/crawl/options/deployment.py).
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import Meta
 
 from daemon.crawl.content import attributes
 from daemon.crawl.content.document import FORMATS, DocumentOptions
-from daemon.crawl.documents.parsers import parsers_problems
+from daemon.crawl.documents.parsers import PARSER_SCHEMA, parsers_problems
 from daemon.crawl.llmwork import rules as ask_rules
 from daemon.crawl.options.llm_formats import SERVED as LLM_SERVED
 from daemon.crawl.options.llm_formats import LlmCheck, check_format
+from daemon.crawl.options.schemas import INTEGRATION, MAX_SAFE_INTEGER, UNSUPPORTED
 from daemon.crawl.problems import Problem, not_supported, problem
 from daemon.crawl.rendering import render_rules
 from daemon.crawl.tracking import changes as tracking
+from daemon.jsonvalues import deployment_schema
 
 SCREENSHOT_FORMATS = frozenset({"screenshot", "screenshot@fullPage"})
 NOT_SUPPORTED = frozenset(
@@ -35,27 +42,48 @@ NOT_SUPPORTED = frozenset(
 """Format names Firecrawl knows and crawld does not serve, with or without a browser or LLM."""
 KNOWN = FORMATS | SCREENSHOT_FORMATS | LLM_SERVED | {"changeTracking", "attributes"}
 """Every format crawld serves (some only with a browser or `[llm]`)."""
+MAX_WAIT_FOR = 60_000
+MAX_SELECTORS = 100
+MAX_LANGUAGES, MAX_LANGUAGE = 10, 35
+LANGUAGES_SCHEMA = {
+    "type": "array", "maxItems": MAX_LANGUAGES,
+    "items": {"type": "string", "minLength": 1, "maxLength": MAX_LANGUAGE},
+}  # fmt: skip
+
+Millis = Annotated[int, Meta(ge=0, le=MAX_SAFE_INTEGER, description="milliseconds")]
+Selectors = Annotated[list[str], Meta(max_length=MAX_SELECTORS)]
+WaitFor = Annotated[int, Meta(ge=0, le=MAX_WAIT_FOR, description=(
+    "milliseconds to wait for the page (with a browser); at most half of `timeout` when that is"
+    " set"))]  # fmt: skip
+Timeout = Annotated[int, Meta(ge=1000, le=300_000, description="milliseconds")]
+Proxy = Literal["basic", "stealth", "enhanced", "auto"]
+Location = Annotated[dict[str, Any], Meta(extra_json_schema={"properties": {
+    "languages": {"anyOf": [LANGUAGES_SCHEMA, {"type": "null"}]}}})]  # fmt: skip
+Integration = Annotated[str, Meta(extra_json_schema=INTEGRATION)]
+Actions = Annotated[list[Any], Meta(extra_json_schema=deployment_schema("ScrapeActions"))]
 
 
-class ScrapeOptions(msgspec.Struct, kw_only=True):
+class ScrapeOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Scrape options: top level of /v2/scrape and /v2/batch/scrape, `scrapeOptions` of a crawl."""
 
-    formats: list[str | dict[str, Any]] = msgspec.field(default_factory=lambda: ["markdown"])
+    formats: Annotated[
+        list[str | dict[str, Any]], Meta(extra_json_schema=deployment_schema("ScrapeFormats"))
+    ] = msgspec.field(default_factory=lambda: ["markdown"])
     onlyMainContent: bool = True
-    includeTags: list[str] = []
-    excludeTags: list[str] = []
+    includeTags: Selectors = []
+    excludeTags: Selectors = []
     headers: dict[str, str] = {}
-    waitFor: int = 0
-    timeout: int | None = None
+    waitFor: WaitFor = 0
+    timeout: Timeout | None = None
     """Milliseconds for the whole page; [crawl] page_timeout when absent."""
     removeBase64Images: bool = True
     skipTlsVerification: bool | None = None
     """Unset: true, false when `headers` are given (daemon/crawl/runs/pages.py)."""
     # The document cache (daemon/crawl/cache/rules.py): Firecrawl's meaning and defaults.
     storeInCache: bool | None = True
-    maxAge: int | None = None
+    maxAge: Millis | None = None
     """Milliseconds; unset: 2 days (2 years with lockdown); 0: never read the cache."""
-    minAge: int | None = None
+    minAge: Millis | None = None
     """Milliseconds; set: from the cache only (404 SCRAPE_NO_CACHED_DATA when none)."""
     lockdown: bool | None = False
     """From the cache only, never fetched (404 SCRAPE_LOCKDOWN_CACHE_MISS when none)."""
@@ -63,22 +91,22 @@ class ScrapeOptions(msgspec.Struct, kw_only=True):
     mobile: bool | None = False
     fastMode: bool | None = False
     blockAds: bool | None = True
-    proxy: Literal["basic", "stealth", "enhanced", "auto"] | None = "auto"
+    proxy: Proxy | None = "auto"
     """Which `[crawl] proxies` pool (docs/how-to/crawl-proxies.md)."""
-    location: dict[str, Any] | None = None
+    location: Location | None = None
     useMock: str | None = None
     profile: dict[str, Any] | None = None
-    integration: str | None = None
+    integration: Integration | None = None
     auditMetadata: dict[str, Any] | None = None
     # Served: PDF and image parsing (daemon/crawl/documents/), and with [crawl.browser] the
     # browser's options.
-    parsers: list[Any] | None = None
+    parsers: list[Annotated[Any, Meta(extra_json_schema=PARSER_SCHEMA)]] | None = None
     # Refused when set: actions without [crawl.browser]; the others crawld does not do at all.
-    actions: list[Any] | None = None
-    redactPII: bool | dict[str, Any] | None = False
-    checkPromptInjection: bool | None = False
-    threatProtection: dict[str, Any] | None = None
-    domainTools: bool | None = False
+    actions: Actions | None = None
+    redactPII: Annotated[bool | dict[str, Any] | None, UNSUPPORTED] = False
+    checkPromptInjection: Annotated[bool | None, UNSUPPORTED] = False
+    threatProtection: Annotated[dict[str, Any] | None, UNSUPPORTED] = None
+    domainTools: Annotated[bool | None, UNSUPPORTED] = False
     toolDetail: str | None = None
 
 
@@ -177,23 +205,13 @@ def _value_problems(options: ScrapeOptions, path: str) -> list[Problem]:
             problems.append(problem(f"{path}.{key}", not_supported(key)))
     if options.threatProtection:
         problems.append(problem(f"{path}.threatProtection", "not supported by crawld"))
-    if options.timeout is not None and not 1000 <= options.timeout <= 300_000:
-        problems.append(problem(f"{path}.timeout", "milliseconds between 1000 and 300000"))
-    for key in ("maxAge", "minAge"):
-        if (value := getattr(options, key)) is not None and value < 0:
-            problems.append(problem(f"{path}.{key}", "milliseconds, at least 0"))
-    if not 0 <= options.waitFor <= 60_000:
-        problems.append(problem(f"{path}.waitFor", "milliseconds between 0 and 60000"))
-    elif options.waitFor and options.timeout and options.waitFor > options.timeout / 2:
+    if options.waitFor and options.timeout and options.waitFor > options.timeout / 2:
         problems.append(problem(f"{path}.waitFor", "waitFor must not exceed half of timeout"))
-    for field in ("includeTags", "excludeTags"):
-        if len(getattr(options, field)) > 100:
-            problems.append(problem(f"{path}.{field}", "at most 100 selectors"))
     languages = (options.location or {}).get("languages")
     if languages is not None and (
         not isinstance(languages, list)
-        or len(languages) > 10
-        or not all(isinstance(x, str) and 0 < len(x) <= 35 for x in languages)
+        or len(languages) > MAX_LANGUAGES
+        or not all(isinstance(x, str) and 0 < len(x) <= MAX_LANGUAGE for x in languages)
     ):
         problems.append(problem(f"{path}.location.languages", "a list of language tags"))
     return problems

@@ -8,19 +8,25 @@
 # (daemon/crawl/search/highlights.py).
 from __future__ import annotations
 
+import re
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import trio
+from msgspec import Meta
 from prometheus_client import Counter
 
 from daemon.crawl.fetching.fetch import FetchError
 from daemon.crawl.options import models
 from daemon.crawl.options.models import ScrapeOptions, ScrapeRequest
+from daemon.crawl.options.schemas import INTEGRATION, UNSUPPORTED
 from daemon.crawl.problems import BadRequest, converted, json_object, problem, unknown_keys
 from daemon.crawl.runs.service import CrawlService
 from daemon.crawl.search.highlights import Highlighter
+from daemon.crawl.v1 import models as v1_models
+from daemon.crawl.v1.translate import V1_SEARCH_KEYS
+from daemon.jsonvalues import deployment_schema
 from daemon.logs import get_logger
 from daemon.metrics import REGISTRY
 from daemon.redact import redact_url
@@ -44,38 +50,100 @@ CLOUD_SOURCES = frozenset({"alexandria"})
 firecrawl-mcp with an API key asks for Alexandria, its cloud tool catalogue, on every search."""
 MAX_QUERY = 1000
 MAX_DOMAINS = 50
+MAX_DOMAIN = 253
 NOT_CONFIGURED = (
     "search is not configured: set [search] base_url to a SearXNG instance (see config.toml)"
 )
+NOT_CONFIGURED_STATUS = 501
+"""A search on a crawld without [search]: the feature is missing here, the request is not bad
+(Firecrawl's self-hosted server answers 501 for a service it is not configured with)."""
+SPACE = r"\s\x1c-\x1f"
+"""What str.strip() takes away, as a regex class: Unicode white space and 0x1c-0x1f (Python's
+`\\s` has them, the JSON-schema engines' does not: both are named)."""
+DOMAIN = re.compile(
+    rf"^[{SPACE}]*(?:[Hh][Tt][Tt][Pp][Ss]?://)?[/.]*[^{SPACE}/.][^{SPACE}/]*/?[{SPACE}]*$"
+)
+"""A host name as includeDomains/excludeDomains take it: surrounding space, an http(s)://
+prefix, leading dots and slashes and one trailing slash allowed."""
+Domain = Annotated[str, Meta(max_length=MAX_DOMAIN, extra_json_schema={"pattern": DOMAIN.pattern})]
+Domains = Annotated[list[Domain], Meta(max_length=MAX_DOMAINS)]
+Limit = Annotated[int, Meta(ge=1, le=100)]
 
 
-class SearchRequest(msgspec.Struct, kw_only=True):
+def _named(names: frozenset[str]) -> dict[str, Any]:
+    """A list entry naming one of `names`, as a string or as an object's `type`."""
+    named = {"enum": sorted(names)}
+    return {"anyOf": [named, {"type": "object", "required": ["type"],
+                              "properties": {"type": named}}]}  # fmt: skip
+
+
+SourceName = Annotated[
+    str | dict[str, Any],
+    Meta(extra_json_schema={"allOf": [_named(frozenset(SOURCES) | CLOUD_SOURCES)]}),
+]
+CategoryName = Annotated[
+    str | dict[str, Any], Meta(extra_json_schema={"allOf": [_named(CATEGORIES)]})
+]
+Sources = Annotated[list[SourceName], Meta(min_length=1, extra_json_schema={
+    "not": {"items": {"not": _named(frozenset(SOURCES))}},
+    "description": "web, news or images at least (alexandria beside them: ignored)"})]  # fmt: skip
+Categories = Annotated[list[CategoryName], Meta(extra_json_schema={
+    "allOf": [{"if": {"contains": _named(frozenset({name}))},
+               "then": {"items": _named(frozenset({name}))}}
+              for name in sorted(ALONE_CATEGORIES)],
+    "description": "developer and gov each alone"})]  # fmt: skip
+
+
+class SearchScrapeOptions(ScrapeOptions, kw_only=True, forbid_unknown_fields=True):
+    """A search's `scrapeOptions`: results are scraped only when `formats` names some."""
+
+    formats: Annotated[
+        list[str | dict[str, Any]], Meta(extra_json_schema=deployment_schema("ScrapeFormats"))
+    ] = []
+
+
+class SearchRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The body of POST /v2/search, as Firecrawl's v2 schema has it."""
 
-    query: str
-    limit: int = 10
+    query: Annotated[str, Meta(max_length=MAX_QUERY, extra_json_schema={
+        "pattern": f"[^{SPACE}]", "description": "not only white space"})]  # fmt: skip
+    limit: Limit = 10
     tbs: str | None = None
     filter: str | None = None
-    sources: list[str | dict[str, Any]] = msgspec.field(default_factory=lambda: ["web"])
-    categories: list[str | dict[str, Any]] = []
-    includeDomains: list[str] = []
-    excludeDomains: list[str] = []
+    sources: Sources = msgspec.field(default_factory=lambda: ["web"])
+    categories: Categories = []
+    includeDomains: Domains = []
+    excludeDomains: Domains = []
     lang: str = "en"
     country: str | None = None
     location: str | None = None
     safe: bool = False
-    timeout: int = 60_000
+    timeout: Annotated[int, Meta(ge=1000, le=300_000, description="milliseconds")] = 60_000
     ignoreInvalidURLs: bool = False
     asyncScraping: bool | None = None
     highlights: bool | None = None
-    enterprise: list[str] | None = None
+    enterprise: Annotated[list[str] | None, UNSUPPORTED] = None
     domainTools: bool | None = None
     toolDetail: Literal["compact", "summary", "full"] | None = None
     """Detail of Alexandria tool matches: accepted, nothing to detail (see CLOUD_SOURCES)."""
-    threatProtection: dict[str, Any] | None = None
+    threatProtection: Annotated[dict[str, Any] | None, UNSUPPORTED] = None
     origin: str | None = None
-    integration: str | None = None
-    scrapeOptions: dict[str, Any] | None = None
+    integration: Annotated[str, Meta(extra_json_schema=INTEGRATION)] | None = None
+    scrapeOptions: SearchScrapeOptions | None = None
+
+
+SearchBody = Annotated[SearchRequest, Meta(extra_json_schema={
+    "not": {"required": ["includeDomains", "excludeDomains"],
+            "properties": {"includeDomains": {"minItems": 1}, "excludeDomains": {"minItems": 1}}},
+    "description": "includeDomains and excludeDomains cannot both be given",
+})]  # fmt: skip
+V1SearchBody = v1_models.body_model(
+    "V1SearchBody", "The body of POST /v1/search (5 results by default, web only).",
+    v1_models.borrowed(SearchRequest, V1_SEARCH_KEYS - {"limit", "scrapeOptions"},
+                       limit=(Limit, 5),
+                       scrapeOptions=(v1_models.with_rules(v1_models.V1SearchScrapeOptions
+                                                           | None), None)),
+)  # fmt: skip
 
 
 class ParsedSearch(msgspec.Struct, kw_only=True):
@@ -104,15 +172,13 @@ def _types(values: list[str | dict[str, Any]], path: str, allowed: frozenset[str
 
 
 def _domains(values: list[str], path: str) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
-    if len(values) > MAX_DOMAINS:
-        return (), [problem(path, f"at most {MAX_DOMAINS} domains")]
     out, problems = [], []
     for i, value in enumerate(values):
-        host = value.strip().lower().removeprefix("https://").removeprefix("http://").strip("/.")
-        if not host or "/" in host or " " in host or len(host) > 253:
+        if not DOMAIN.match(value):
             problems.append(problem(f"{path}[{i}]", "a host name such as example.com"))
-        else:
-            out.append(host)
+            continue
+        host = value.strip().lower()
+        out.append(host.removeprefix("https://").removeprefix("http://").strip("/."))
     return tuple(out), problems
 
 
@@ -128,17 +194,15 @@ def parse_search(
     raw = json_object(body)
     problems = unknown_keys(raw, frozenset(SearchRequest.__struct_fields__), "$")
     problems += models.client_field_problems(raw, "$")
+    nested = raw.get("scrapeOptions")
+    if isinstance(nested, dict):
+        problems += unknown_keys(nested, models.SCRAPE_KEYS, "$.scrapeOptions")
+        problems += models.client_field_problems(nested, "$.scrapeOptions")
     if problems:
         raise BadRequest(problems)
     request = converted(raw, SearchRequest, problems)
     if not request.query.strip():
         problems.append(problem("$.query", "must not be empty"))
-    elif len(request.query) > MAX_QUERY:
-        problems.append(problem("$.query", f"at most {MAX_QUERY} characters"))
-    if not 1 <= request.limit <= 100:
-        problems.append(problem("$.limit", "between 1 and 100"))
-    if not 1000 <= request.timeout <= 300_000:
-        problems.append(problem("$.timeout", "milliseconds between 1000 and 300000"))
     sources, more = _types(request.sources, "$.sources", frozenset(SOURCES) | CLOUD_SOURCES)
     problems += more
     cloud = [s for s in sources if s in CLOUD_SOURCES]
@@ -204,14 +268,10 @@ def _cloud_warning(cloud: list[str], domain_tools: bool) -> str:
 
 
 def _scrape_options(
-    raw: dict[str, Any] | None, browser: bool, llm: Any = None, stealth: bool = False
+    options: ScrapeOptions | None, browser: bool, llm: Any = None, stealth: bool = False
 ) -> tuple[ScrapeOptions | None, list[dict[str, Any]], str]:
-    if raw is None:
+    if options is None:
         return None, [], ""
-    problems = unknown_keys(raw, models.SCRAPE_KEYS, "$.scrapeOptions")
-    if problems:
-        return None, problems, ""
-    options = converted({"formats": [], **raw}, ScrapeOptions, problems)
     more, warning = models.check_scrape_options(
         options, "$.scrapeOptions", browser=browser, llm=llm, stealth=stealth
     )
@@ -246,7 +306,7 @@ class SearchService:
         deadline = trio.current_time() + parsed.timeout_s
         try:
             if self.client is None:
-                raise SearchError("SEARCH_NOT_CONFIGURED", NOT_CONFIGURED, 400)
+                raise SearchError("SEARCH_NOT_CONFIGURED", NOT_CONFIGURED, NOT_CONFIGURED_STATUS)
             data = await self.client.search(parsed.query, timeout_s=parsed.timeout_s)
         except SearchError as exc:
             self.counts["failed"] += 1

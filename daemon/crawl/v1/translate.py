@@ -9,49 +9,21 @@ from typing import Any
 
 from daemon.crawl.fetching.urls import parse_http_url
 from daemon.crawl.problems import problem, unknown_keys
+from daemon.crawl.v1 import models
 
 Problems = list[dict[str, Any]]
 
-V1_FORMATS = frozenset({"markdown", "html", "rawHtml", "links", "screenshot",
-                        "screenshot@fullPage", "extract", "json", "changeTracking"})  # fmt: skip
-V1_SCRAPE_OPTIONS = frozenset({
-    "formats", "onlyMainContent", "includeTags", "excludeTags", "headers", "waitFor", "mobile",
-    "skipTlsVerification", "timeout", "parsePDF", "jsonOptions", "extract",
-    "changeTrackingOptions", "actions", "location", "geolocation", "removeBase64Images",
-    "blockAds", "proxy", "maxAge", "storeInCache", "fastMode", "useMock", "agent",
-})  # fmt: skip
-CLIENT_KEYS = frozenset({"origin", "integration"})
-V1_SCRAPE_TOP = frozenset({"url", "zeroDataRetention"}) | CLIENT_KEYS
-V1_CRAWL_KEYS = frozenset({
-    "url", "includePaths", "excludePaths", "maxDepth", "maxDiscoveryDepth", "limit",
-    "allowBackwardLinks", "crawlEntireDomain", "allowExternalLinks", "allowSubdomains",
-    "ignoreRobotsTxt", "ignoreSitemap", "deduplicateSimilarURLs", "ignoreQueryParameters",
-    "regexOnFullURL", "delay", "scrapeOptions", "webhook", "maxConcurrency",
-    "zeroDataRetention",
-}) | CLIENT_KEYS  # fmt: skip
-V1_BATCH_TOP = frozenset({"urls", "webhook", "ignoreInvalidURLs", "maxConcurrency",
-                          "appendToId", "zeroDataRetention"}) | CLIENT_KEYS  # fmt: skip
-V1_MAP_KEYS = frozenset({"url", "search", "includeSubdomains", "ignoreSitemap", "sitemapOnly",
-                         "limit", "ignoreQueryParameters", "timeout", "useIndex",
-                         "location"}) | CLIENT_KEYS  # fmt: skip
-V1_SEARCH_KEYS = (
-    frozenset(
-        {
-            "query",
-            "limit",
-            "tbs",
-            "filter",
-            "lang",
-            "country",
-            "location",
-            "timeout",
-            "ignoreInvalidURLs",
-            "scrapeOptions",
-        }
-    )
-    | CLIENT_KEYS
-)
-DEFAULT_MAX_DEPTH = 10
+V1_SCRAPE_OPTIONS = models.SCRAPE_OPTION_KEYS
+CLIENT_KEYS = frozenset(models.CLIENT_KEYS)
+V1_SCRAPE_TOP = frozenset(models.V1ScrapeBody.__struct_fields__) - V1_SCRAPE_OPTIONS
+V1_CRAWL_KEYS = frozenset(models.V1CrawlBody.__struct_fields__)
+V1_BATCH_TOP = frozenset(models.V1BatchBody.__struct_fields__) - V1_SCRAPE_OPTIONS
+V1_MAP_KEYS = frozenset(models.V1MapBody.__struct_fields__)
+V1_SEARCH_KEYS = CLIENT_KEYS | {"query", "limit", "tbs", "filter", "lang", "country", "location",
+                               "timeout", "ignoreInvalidURLs", "scrapeOptions"}  # fmt: skip
+"""The keys of POST /v1/search (its model is the search room's: V1SearchBody)."""
+V1_FORMATS = models.V1_FORMATS
+DEFAULT_MAX_DEPTH = models.DEFAULT_MAX_DEPTH
 PAIRING = ("When 'extract' or 'json' format is specified, corresponding options must be provided,"
            " and vice versa")  # fmt: skip
 
@@ -79,8 +51,8 @@ def scrape_options(raw: dict[str, Any], path: str, *, default_formats: list[str]
                 v2_formats.append({"type": "json", **{k: options[k] for k in ("schema", "prompt")
                                                       if options.get(k) is not None}})  # fmt: skip
         elif name == "changeTracking":
-            v2_formats.append({"type": "changeTracking",
-                               **(tracking if isinstance(tracking, dict) else {})})  # fmt: skip
+            v2_formats.append({**(tracking if isinstance(tracking, dict) else {}),
+                               "type": "changeTracking"})  # fmt: skip
         else:
             v2_formats.append(name)
     names = {f for f in formats if isinstance(f, str)}
@@ -138,9 +110,10 @@ def crawl_body(raw: dict[str, Any]) -> tuple[dict[str, Any], int, Problems]:
         problems.append(problem("$.url", "URL depth exceeds the specified maxDepth"))
     if "crawlEntireDomain" not in raw and "allowBackwardLinks" in raw:
         body["crawlEntireDomain"] = raw["allowBackwardLinks"]
+    for key in ("ignoreSitemap", "allowBackwardLinks"):
+        if not isinstance(raw.get(key, False), bool):
+            problems.append(problem(f"$.{key}", "must be a boolean"))
     ignore_sitemap = raw.get("ignoreSitemap", False)
-    if not isinstance(ignore_sitemap, bool):
-        problems.append(problem("$.ignoreSitemap", "must be a boolean"))
     body["sitemap"] = "skip" if ignore_sitemap is True else "include"
     nested = raw.get("scrapeOptions")
     if isinstance(nested, dict):
@@ -170,8 +143,8 @@ def map_body(raw: dict[str, Any]) -> tuple[dict[str, Any], Problems]:
         if key in raw and not isinstance(raw[key], bool):
             problems.append(problem(f"$.{key}", "must be a boolean"))
     limit = raw.get("limit", 5000)
-    if type(limit) is not int or not 1 <= limit <= 30_000:
-        problems.append(problem("$.limit", "an integer between 1 and 30000"))
+    if type(limit) is not int or not 1 <= limit <= models.V1_MAX_MAP_LIMIT:
+        problems.append(problem("$.limit", f"an integer between 1 and {models.V1_MAX_MAP_LIMIT}"))
     return body, problems
 
 
