@@ -82,6 +82,8 @@ SAMPLES: list[tuple[str, dict[str, Any], bool, int]] = [
      403),
     ("/v1/map", {"url": PAGE, "limit": 30_001}, False, 400),
     ("/v1/crawl", {"url": PAGE, "allowBackwardLinks": "yes"}, False, 400),
+    ("/v1/crawl", {"url": PAGE, "maxDepth": 2**53}, False, 400),
+    ("/v2/scrape", {"url": PAGE, "maxAge": 2**64}, False, 400),
 ]  # fmt: skip
 """(path, body, valid by the document, the server's status): 400 exactly for the invalid ones."""
 

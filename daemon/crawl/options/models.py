@@ -4,7 +4,9 @@
 # them all in one 400), and only then converted with msgspec. The sync and async clients send
 # different subsets of keys, so every default lives here, not in the client. The scrape options
 # every request carries, and what crawld serves, ignores or refuses of them, are in
-# scrape_options.py; the answers in responses.py.
+# scrape_options.py; the answers in responses.py. /openapi.json is made from these models, so each
+# rule is on its field (msgspec Meta, or declared from schemas.py beside the check that makes it)
+# and the rules across fields on the body (BATCH_RULES).
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal

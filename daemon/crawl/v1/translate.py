@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from daemon.crawl.fetching.urls import parse_http_url
+from daemon.crawl.options.schemas import MAX_SAFE_INTEGER
 from daemon.crawl.problems import problem, unknown_keys
 from daemon.crawl.v1 import models
 
@@ -103,8 +104,8 @@ def crawl_body(raw: dict[str, Any]) -> tuple[dict[str, Any], int, Problems]:
     passed = V1_CRAWL_KEYS - {"maxDepth", "allowBackwardLinks", "ignoreSitemap"}
     body = {k: v for k, v in raw.items() if k in passed}
     max_depth = raw.get("maxDepth", DEFAULT_MAX_DEPTH)
-    if type(max_depth) is not int or max_depth < 0:
-        problems.append(problem("$.maxDepth", "an integer of at least 0"))
+    if type(max_depth) is not int or not 0 <= max_depth <= MAX_SAFE_INTEGER:
+        problems.append(problem("$.maxDepth", f"an integer between 0 and {MAX_SAFE_INTEGER}"))
         max_depth = DEFAULT_MAX_DEPTH
     elif isinstance(raw.get("url"), str) and url_depth(raw["url"]) > max_depth:
         problems.append(problem("$.url", "URL depth exceeds the specified maxDepth"))
