@@ -68,8 +68,6 @@ base_url = "{searxng}"
 base_url = "{llm}/v1"
 model = "fuzz"
 retries = 0
-[crawl.browser]
-enabled = false
 """
 
 
