@@ -184,7 +184,8 @@ def run(
     config.write_text(CONFIG.format(state=state, port=port, key=key_line,
                                     searxng=upstreams[0], llm=upstreams[1]))  # fmt: skip
     env = {**os.environ, KEY_ENV: KEY, "PYTHONPATH": str(ROOT)}
-    hooks = {"SCHEMATHESIS_HOOKS": "api_fuzz_hooks", "PYTHONPATH": str(Path(__file__).parent)}
+    hooks = {"SCHEMATHESIS_HOOKS": "api_fuzz_hooks",
+             "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(ROOT)])}  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     har = state / "requests.har"
     settings = state / "schemathesis.toml"

@@ -1,11 +1,15 @@
 """Schemathesis hooks of scripts/api_fuzz.py (loaded through SCHEMATHESIS_HOOKS): the rules of
-crawld's request bodies that JSON Schema cannot state, told to the generator so that a case it
-calls valid is valid. The checks are untouched; /openapi.json states each rule in the field's
-description.
+crawld's request bodies that JSON Schema cannot state, kept by the cases schemathesis calls
+valid. A `before_call` hook mends such a case just before it is sent (schemathesis then checks
+the case again against the document), in every phase; invalid cases are left as they are, and
+no check is touched. /openapi.json states each rule in the field's description:
 
 - `waitFor` at most half of `timeout` when both are set (Firecrawl's rule), in scrape options at
-  the top of a body or under `scrapeOptions`;
-- a v1 crawl's `url` has at most `maxDepth` path segments (Firecrawl's v1 rule).
+  the top of a body or under `scrapeOptions`: waitFor becomes half of timeout;
+- a v1 crawl's `url` has at most `maxDepth` path segments (Firecrawl's v1 rule): maxDepth
+  becomes the URL's depth (a URL may come from another answer, in the stateful phase);
+- an attributes format's selectors are CSS (crawld reads them with Lexbor): one that does not
+  parse becomes `a[href]` (random text seldom is CSS).
 """
 
 from __future__ import annotations
@@ -15,33 +19,55 @@ from urllib.parse import urlsplit
 
 import schemathesis
 
+from daemon.crawl.content.attributes import parses
 
-def _waits_too_long(options: Any) -> bool:
+CSS = "a[href]"
+DEFAULT_MAX_DEPTH = 10
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _mend_options(options: Any) -> None:
     if not isinstance(options, dict):
-        return False
+        return
     wait, timeout = options.get("waitFor"), options.get("timeout")
-    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (wait, timeout))
-    return numbers and wait > 0 and timeout > 0 and wait > timeout / 2
+    if _number(wait) and _number(timeout) and timeout > 0 and wait > timeout / 2:
+        options["waitFor"] = int(timeout // 2)
+    formats = options.get("formats")
+    for fmt in formats if isinstance(formats, list) else []:
+        if not isinstance(fmt, dict) or fmt.get("type") != "attributes":
+            continue
+        for item in fmt.get("selectors") or []:
+            selector = item.get("selector") if isinstance(item, dict) else None
+            if isinstance(selector, str) and selector.strip() and not parses(selector):
+                item["selector"] = CSS
 
 
-def _too_deep(body: dict[str, Any]) -> bool:
-    url, depth = body.get("url"), body.get("maxDepth", 10)
-    if not isinstance(url, str) or not isinstance(depth, int) or isinstance(depth, bool):
-        return False
+def _mend_depth(body: dict[str, Any]) -> None:
+    url, depth = body.get("url"), body.get("maxDepth", DEFAULT_MAX_DEPTH)
+    if not isinstance(url, str) or not _number(depth):
+        return
     try:
         path = urlsplit(url.strip()).path
     except ValueError:
-        return False
-    return len([part for part in path.split("/") if part]) > depth
+        return
+    segments = len([part for part in path.split("/") if part])
+    if segments > depth:
+        body["maxDepth"] = segments
 
 
 @schemathesis.hook
-def filter_case(context: Any, case: Any) -> bool:
-    """Keep every negative case and every positive one that keeps the rules above."""
+def before_call(context: Any, case: Any, kwargs: dict[str, Any]) -> None:
+    """Mend a valid case (see the module's text); an invalid one is sent as generated."""
     meta = case.meta
-    if meta is None or not meta.generation.mode.is_positive or not isinstance(case.body, dict):
-        return True
+    if meta is not None and not meta.generation.mode.is_positive:
+        return
     body = case.body
-    if _waits_too_long(body) or _waits_too_long(body.get("scrapeOptions")):
-        return False
-    return not (case.path == "/v1/crawl" and _too_deep(body))
+    if not isinstance(body, dict):
+        return
+    _mend_options(body)
+    _mend_options(body.get("scrapeOptions"))
+    if case.operation.path == "/v1/crawl":
+        _mend_depth(body)

@@ -15,11 +15,12 @@ from daemon.api.app import UUID_PARAM, ApiRoute, json
 from daemon.api.crawl import bad_request, firecrawl_error, request_body
 from daemon.api.jobs import iso
 from daemon.crawl.agent.models import (
+    AgentBody,
     AgentCancelled,
-    AgentRequest,
     AgentStarted,
     AgentStatus,
     AgentSteps,
+    agent_schemas,
     parse_agent,
 )
 from daemon.crawl.agent.service import AgentService
@@ -42,8 +43,8 @@ _decode = msgspec.json.Decoder().decode
 
 
 def not_configured(path: str, message: str) -> Response:
-    """What crawld lacks to run the request (the same answer /v2/extract gives without
-    `[llm]`), naming the section to add."""
+    """What the request asks that this config does not give (a model, urls without [search]):
+    Firecrawl's 400 naming the field and the section to add."""
     return bad_request(BadRequest.at(path, message))
 
 
@@ -53,8 +54,8 @@ class _Handlers:
 
     async def start(self, request: Request) -> Response:
         service = self.service
-        if not service.configured():
-            return not_configured("$", NO_LLM)
+        if not service.configured():  # the feature is missing here: 501, as /v2/extract
+            return firecrawl_error(501, NO_LLM, "LLM_NOT_CONFIGURED")
         try:
             plan = parse_agent(
                 await request_body(request),
@@ -129,9 +130,13 @@ def routes(service: AgentService) -> list[ApiRoute]:
                  " the request's URLs read first, the model choosing what to read next, then"
                  " the answer (the schema, or {answer}) with its sources; poll GET"
                  " /v2/agent/{id}",
-                 body=AgentRequest, response=AgentStarted, body_required=True,
-                 errors={400: "Bad Request: unknown keys, invalid values or schema; no [llm]"
-                              " configured; no urls and no [search] configured"}),
+                 body=AgentBody, response=AgentStarted, body_required=True,
+                 errors={400: "Bad Request: unknown keys, invalid values or schema; a model no"
+                              " [llm.providers] entry runs; no urls and no [search] configured",
+                         501: "LLM_NOT_CONFIGURED: this crawld has no [llm]"},
+                 deployment=lambda: agent_schemas(search=service.can_search,
+                                                  models=service.config.models,
+                                                  providers=service.providers())),
         ApiRoute("GET", "/v2/agent/{id}", h.status,
                  "An agent's status; `data` and `sources` once completed",
                  response=AgentStatus, path_params={"id": UUID_PARAM},

@@ -57,6 +57,14 @@ CHANGE_ERRORS = {  # routes that change data (not GET)
 }
 
 
+IGNORED_BODY = {
+    "required": False,
+    "description": "not read: send none (or any JSON)",
+    "content": {"application/json": {"schema": {}}},
+}
+"""The body of a POST, PUT or PATCH route that reads none."""
+
+
 @dataclass(frozen=True)
 class QueryParam:
     name: str
@@ -67,12 +75,18 @@ class QueryParam:
     maximum: int | None = None
     enum: tuple[str, ...] | None = None
     min_length: int | None = None
+    max_length: int | None = None
+    pattern: str | None = None
 
     def schema(self) -> dict[str, Any]:
         """The JSON schema the handler enforces: its type, range, length or allowed values."""
         schema: dict[str, Any] = {"type": self.type}
         if self.min_length is not None:
             schema["minLength"] = self.min_length
+        if self.max_length is not None:
+            schema["maxLength"] = self.max_length
+        if self.pattern is not None:
+            schema["pattern"] = self.pattern
         if self.minimum is not None:
             schema["minimum"] = self.minimum
         if self.maximum is not None:
@@ -201,6 +215,8 @@ def openapi_document(
                 "required": route.body_required,
                 "content": {media: {"schema": schema_of[route.body]}},
             }
+        elif route.method in ("POST", "PUT", "PATCH"):
+            op["requestBody"] = IGNORED_BODY
         ok: dict[str, Any] = {"description": "OK" if route.ok_status == 200 else "Accepted"}
         if route.response is not None:
             schema = schema_of[route.response]
@@ -211,6 +227,8 @@ def openapi_document(
             ok["content"] = {route.content_type: {"schema": {"type": "string"}}}
         op["responses"][str(route.ok_status)] = ok
         errors = dict(route.errors)
+        if route.query:  # QueryParam.read_int and the handlers' checks answer a bad one so
+            errors.setdefault(400, "a query parameter malformed or out of range")
         if route.path not in OPEN_PATHS:
             errors = {**EDGE_ERRORS, **errors}
             if not needs_key(route.path):

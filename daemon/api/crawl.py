@@ -186,7 +186,7 @@ class CrawlHandlers:
         if not plan.request.prompt:
             return await crawl_started(self.service, request, plan, key, "/v2/crawl")
         if self.prompts is None:
-            return firecrawl_error(403, NOT_CONFIGURED, "LLM_NOT_CONFIGURED")
+            return firecrawl_error(501, NOT_CONFIGURED, "LLM_NOT_CONFIGURED")
         try:
             plan, generated = await self.prompts.plan(body, plan, self._parse_crawl)
         except PromptError as exc:

@@ -5,15 +5,17 @@
 # first, for operators and the console. The work: daemon/crawl/feedback/.
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import Meta
 from starlette.requests import Request
 from starlette.responses import Response
 
 from daemon.api import jobs as jobs_api
 from daemon.api.app import ApiRoute, int_param, json
 from daemon.api.crawl import bad_request, request_body
+from daemon.crawl.feedback import rules
 from daemon.crawl.feedback.service import FeedbackService
 from daemon.crawl.problems import BadRequest, json_object
 
@@ -21,49 +23,70 @@ LIMIT = int_param("limit", "Most items in this answer", 1, 1000)
 OFFSET = int_param("offset", "Items to skip", 0, 2**31)
 
 
-class ValuableSource(msgspec.Struct, kw_only=True):
-    url: str
-    reason: str | None = None
+Text200 = Annotated[str, Meta(max_length=200)]
+Text1000 = Annotated[str, Meta(max_length=1000)]
+Text2000 = Annotated[str, Meta(max_length=2000)]
+Text4000 = Annotated[str, Meta(max_length=4000)]
+Codes = Annotated[
+    list[Annotated[str, Meta(extra_json_schema={"pattern": rules.CODE_PATTERN})]],
+    Meta(max_length=20),
+]
+Url = Annotated[str, Meta(max_length=rules.MAX_URL, extra_json_schema={
+    "pattern": rules.URL_PATTERN})]  # fmt: skip
+Rating = Literal["good", "bad", "partial"]
 
 
-class MissingContent(msgspec.Struct, kw_only=True):
-    topic: str
-    description: str | None = None
+class ValuableSource(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    url: Url
+    reason: Text1000 | None = None
 
 
-class SearchFeedbackBody(msgspec.Struct, kw_only=True):
-    """POST /v2/search/{searchId}/feedback, as firecrawl_search_feedback sends it."""
-
-    rating: str
-    """good, bad or partial"""
-    valuableSources: list[ValuableSource] | None = None
-    missingContent: list[MissingContent] | None = None
-    querySuggestions: str | None = None
-    origin: str | None = None
+class MissingContent(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    topic: Annotated[str, Meta(min_length=1, max_length=200)]
+    description: Text2000 | None = None
 
 
-class FeedbackBody(msgspec.Struct, kw_only=True):
-    """POST /v2/feedback, as firecrawl_feedback sends it."""
+class SearchFeedbackBody(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """POST /v2/search/{searchId}/feedback, as firecrawl_search_feedback sends it (checked by
+    daemon/crawl/feedback/rules.py, declared here)."""
 
-    endpoint: str
-    """search, scrape, parse, map or alexandria"""
-    rating: str
-    jobId: str | None = None
-    """a UUID; required unless endpoint is alexandria"""
-    issues: list[str] | None = None
-    tags: list[str] | None = None
-    note: str | None = None
-    valuableSources: list[ValuableSource] | None = None
-    missingContent: list[MissingContent] | None = None
-    querySuggestions: str | None = None
-    url: str | None = None
-    pageNumbers: list[int] | None = None
+    rating: Rating
+    valuableSources: Annotated[list[ValuableSource], Meta(max_length=50)] | None = None
+    missingContent: Annotated[list[MissingContent], Meta(max_length=20)] | None = None
+    querySuggestions: Text2000 | None = None
+    origin: Text200 | None = None
+
+
+class FeedbackFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """POST /v2/feedback, as firecrawl_feedback sends it (checked by
+    daemon/crawl/feedback/rules.py, declared here)."""
+
+    endpoint: Literal["search", "scrape", "parse", "map", "alexandria"]
+    rating: Rating
+    jobId: Any = None
+    """a UUID; required unless endpoint is alexandria (then not read)"""
+    issues: Codes | None = None
+    tags: Codes | None = None
+    note: Text4000 | None = None
+    valuableSources: Annotated[list[ValuableSource], Meta(max_length=50)] | None = None
+    missingContent: Annotated[list[MissingContent], Meta(max_length=50)] | None = None
+    querySuggestions: Text2000 | None = None
+    url: Url | None = None
+    pageNumbers: Annotated[list[Annotated[int, Meta(ge=1)]], Meta(max_length=100)] | None = None
     metadata: dict[str, Any] | None = None
     requestedWebsite: dict[str, Any] | None = None
-    rationale: str | None = None
-    providerFeedback: list[dict[str, Any]] | None = None
-    capabilityFeedback: list[dict[str, Any]] | None = None
-    origin: str | None = None
+    rationale: Text2000 | None = None
+    providerFeedback: Annotated[list[dict[str, Any]], Meta(max_length=20)] | None = None
+    capabilityFeedback: Annotated[list[dict[str, Any]], Meta(max_length=20)] | None = None
+    origin: Text200 | None = None
+
+
+FeedbackBody = Annotated[FeedbackFields, Meta(extra_json_schema={
+    "if": {"not": {"required": ["endpoint"], "properties": {"endpoint": {"const": "alexandria"}}}},
+    "then": {"required": ["jobId"],
+             "properties": {"jobId": {"type": "string", "pattern": rules.UUID_PATTERN}}},
+    "description": "jobId (a UUID) unless endpoint is alexandria",
+})]  # fmt: skip
 
 
 class FeedbackAnswer(msgspec.Struct, kw_only=True):

@@ -1,6 +1,6 @@
 # POST /v2/crawl/params-preview over HTTP (firecrawl-py `crawl_params_preview`): the options a
 # prompt would give a crawl of `url`, without starting it. Bad input is Firecrawl's 400 before the
-# model is asked; without `[llm]` a 403 naming it; a model that fails Firecrawl's 400 or a 502
+# model is asked; without `[llm]` a 501 naming it; a model that fails Firecrawl's 400 or a 502
 # (daemon/crawl/prompts/service.py). A crawl's own `prompt` is read in daemon/api/crawl.py.
 from __future__ import annotations
 

@@ -5,17 +5,19 @@
 # their users expect.
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+from msgspec import Meta
 from starlette.requests import Request
 from starlette.responses import Response
 
 from daemon.api.app import ApiRoute, QueryParam, int_param, json
 from daemon.api.crawl import bad_request, firecrawl_error, request_body, scrape_deployment
+from daemon.crawl.options.schemas import NOT_BLANK
 from daemon.crawl.problems import BadRequest, json_object
 from daemon.crawl.search import developer
-from daemon.crawl.search.service import SearchBody, SearchService, parse_search
+from daemon.crawl.search.service import MAX_QUERY, SearchBody, SearchService, parse_search
 from daemon.search import SearchError
 
 SEARCH_ERRORS = {
@@ -40,14 +42,29 @@ class SearchResponse(msgspec.Struct, kw_only=True, omit_defaults=True):
     warning: str | None = None
 
 
-class DeveloperRequest(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """POST /v2/search/developer (firecrawl-py); GET takes query, k, passages, skills as query
+class DeveloperRequest(
+    msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True
+):
+    """POST /v2/search/developer (firecrawl-py); GET takes query, k, passages as query
     parameters (firecrawl-mcp). firecrawl-py's index filters (types, repos, sources, language,
-    topic, license, min_stars, max_stars, archived, fork, skills) are a 400: not crawld's."""
+    topic, license, min_stars, max_stars, archived, fork, skills, in the body or the query) are a
+    400 unless null: not crawld's."""
 
-    query: str
-    k: int = 10
-    passages: int = 3
+    query: Annotated[str, Meta(max_length=MAX_QUERY, extra_json_schema=NOT_BLANK)]
+    k: Annotated[int, Meta(ge=1, le=100)] | None = 10
+    passages: Annotated[int, Meta(ge=1, le=5)] | None = 3
+    origin: Any = None
+    types: None = None
+    repos: None = None
+    sources: None = None
+    language: None = None
+    topic: None = None
+    license: None = None
+    min_stars: None = None
+    max_stars: None = None
+    archived: None = None
+    fork: None = None
+    skills: None = None
 
 
 class DeveloperPassage(msgspec.Struct):
@@ -68,10 +85,15 @@ class DeveloperResponse(msgspec.Struct):
 
 
 DEVELOPER_QUERY = [
-    QueryParam("query", "The question or search phrase", required=True),
+    QueryParam(
+        "query",
+        "The question or search phrase",
+        required=True,
+        max_length=MAX_QUERY,
+        pattern=NOT_BLANK["pattern"],
+    ),
     int_param("k", "Most results (default 10)", 1, 100),
     int_param("passages", "Most passages a result (default 3)", 1, 5),
-    QueryParam("skills", "Firecrawl's agent-skill filter: not supported by crawld (400)"),
 ]
 
 
@@ -102,7 +124,7 @@ def routes(service: SearchService) -> list[ApiRoute]:
                 raw: dict[str, Any] = dict(request.query_params)
             else:
                 raw = json_object(await request_body(request))
-            body, passages = developer.search_body(raw)
+            body, passages = developer.search_body(raw, from_query=request.method == "GET")
         except BadRequest as exc:
             return bad_request(exc)
         answer = await run(msgspec.json.encode(body))
@@ -121,6 +143,7 @@ def routes(service: SearchService) -> list[ApiRoute]:
                    " [\"developer\"] (code hosts, Q&A, documentation sites): ranked"
                    " {id, url, title, passages}",
                    body=DeveloperRequest if method == "POST" else None,
+                   body_required=method == "POST",
                    query=DEVELOPER_QUERY if method == "GET" else (),
                    response=DeveloperResponse,
                    errors={400: "Bad Request: query missing, k or passages out of range, or a"

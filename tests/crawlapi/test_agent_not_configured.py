@@ -1,5 +1,5 @@
-"""What /v2/agent needs and says it lacks: without `[llm]` a POST is refused naming `[llm]`
-(before any other check), without `[search]` an agent without urls is refused naming `[search]`,
+"""What /v2/agent needs and says it lacks: without `[llm]` a POST is a 501 naming `[llm]`
+(before any other check: the feature is missing here, as /v2/extract's), without `[search]` an agent without urls is refused naming `[search]`,
 while one given urls runs without searching; the routes are in /openapi.json either way."""
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ from .test_agent import PAGES, wait_agent
 
 async def test_without_llm_a_post_names_the_llm(client: httpx.AsyncClient) -> None:
     answer = await client.post("/v2/agent", json={"prompt": "x" * 10_001, "bogus": 1})
-    assert answer.status_code == 400
+    assert answer.status_code == 501
     body = answer.json()
-    assert body["success"] is False and body["code"] == "BAD_REQUEST"
-    [problem] = body["details"]
-    assert "needs an LLM" in problem["message"] and "[llm]" in problem["message"]
+    assert body["success"] is False and body["code"] == "LLM_NOT_CONFIGURED"
+    assert "needs an LLM" in body["error"] and "[llm]" in body["error"]
     paths = (await client.get("/openapi.json")).json()["paths"]
     assert "post" in paths["/v2/agent"] and "get" in paths["/v2/agent/{id}/steps"]
     missing = await client.get("/v2/agent/0190d0a4-5d2e-7b3a-9c1d-2e3f4a5b6c7d")

@@ -79,11 +79,17 @@ def test_other_pages_get_a_stable_doc_id() -> None:
 
 @pytest.mark.parametrize(("raw", "body", "passages"), [
     ({"query": "q"}, {"query": "q", "limit": 10, "categories": ["developer"]}, 3),
-    ({"query": "q", "k": "5", "passages": 2},
+    ({"query": "q", "k": "5", "passages": "2"},
      {"query": "q", "limit": 5, "categories": ["developer"]}, 2),
 ])  # fmt: skip
 def test_search_body(raw: dict[str, Any], body: dict[str, Any], passages: int) -> None:
-    assert developer.search_body(raw) == (body, passages)
+    assert developer.search_body(raw, from_query=True) == (body, passages)
+
+
+def test_a_json_body_takes_numbers_as_numbers() -> None:
+    # the document says integer: "5" in a JSON body is refused, as in a search body
+    with pytest.raises(BadRequest):
+        developer.search_body({"query": "q", "k": "5"})
 
 
 @pytest.mark.parametrize(("raw", "path"), [

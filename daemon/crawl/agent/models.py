@@ -10,9 +10,11 @@
 # is said in `message`.
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import Meta
 
 from daemon.config import WebhookSpec, WebhookURL
 from daemon.crawl.agent.config import FIRECRAWL_MODELS
@@ -23,42 +25,92 @@ from daemon.crawl.options.models import (
     url_problems,
     webhook_of,
 )
+from daemon.crawl.options.schemas import (
+    HTTP_URL,
+    JSON_SCHEMA,
+    MAX_SAFE_INTEGER,
+    NOT_BLANK,
+    UNSUPPORTED,
+)
+from daemon.crawl.options.scrape_options import Integration
 from daemon.crawl.problems import BadRequest, Problem, converted, json_object, problem, unknown_keys
 from daemon.jobs.events import event_names
+from daemon.jsonvalues import deployment_schema
 from daemon.llm import rules as llm_rules
 
 MAX_PROMPT = 10_000
 MAX_URLS = 10
 DEFAULT_MODEL = FIRECRAWL_MODELS[0]
 Effort = Literal["low", "medium", "high"]
+COUNTRY = re.compile(r"[A-Za-z]{2}")
+AGENT_WEBHOOK = {"properties": {"events": {"items": {"enum": [
+    *event_names("agent"), *(f"agent.{name}" for name in event_names("agent"))]}}}}  # fmt: skip
+"""An agent's webhook: its events are the agent's own (as _webhook_problems checks them)."""
+AgentWebhook = Annotated[WebhookURL | WebhookSpec | None, Meta(extra_json_schema=AGENT_WEBHOOK)]
+Prompt = Annotated[str, Meta(extra_json_schema={"maxLength": MAX_PROMPT, **NOT_BLANK})]
+Location = Annotated[dict[str, Any], Meta(extra_json_schema={
+    "required": ["country"],
+    "properties": {"country": {"type": "string", "pattern": f"^{COUNTRY.pattern}$"}},
+    "description": "{country}: an ISO 3166-1 alpha-2 code such as DE"})]  # fmt: skip
+Mode = Annotated[Literal["extract", "chat"], Meta(extra_json_schema={
+    "not": {"const": "chat"}, "description": "chat mode is refused by crawld"})]  # fmt: skip
+AGENT_URL = {**HTTP_URL, "description": "a URL ending in /* reads the links under it"}
 
 
-class AgentRequest(msgspec.Struct, kw_only=True):
+class AgentRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The body of POST /v2/agent."""
 
-    prompt: str | None = None
-    urls: list[str] | None = None
-    schema: dict[str, Any] | None = None
-    maxCredits: int | None = None
+    prompt: (
+        Annotated[str, Meta(extra_json_schema={"maxLength": MAX_PROMPT, **NOT_BLANK})] | None
+    ) = None
+    urls: Annotated[
+        list[Annotated[str, Meta(extra_json_schema=AGENT_URL)]],
+        Meta(extra_json_schema={"maxItems": MAX_URLS}),
+    ] | None = None  # fmt: skip
+    schema: Annotated[dict[str, Any], Meta(extra_json_schema=JSON_SCHEMA)] | None = None
+    maxCredits: (
+        Annotated[int, Meta(le=MAX_SAFE_INTEGER, extra_json_schema={"minimum": 1})] | None
+    ) = None
     """A budget of credits: one per page read and per web search, one per `[agent]
     tokens_per_credit` model tokens."""
     strictConstrainToURLs: bool = False
     """Read only `urls` (and, for a URL ending in `/*`, the links under it); no web search."""
-    model: str | None = None
+    model: Annotated[str, Meta(extra_json_schema=deployment_schema("AgentModel"))] | None = None
     """spark-2 (default), spark-1-pro, spark-1-mini, or an `[llm.providers]` name."""
     effort: Effort | None = None
     """Share of `[agent] max_steps` the run may use: low a third, medium two thirds."""
-    webhook: WebhookURL | WebhookSpec | None = None
-    location: dict[str, Any] | None = None
+    webhook: Annotated[WebhookURL | WebhookSpec | None, Meta(extra_json_schema=AGENT_WEBHOOK)] = (
+        None
+    )
+    location: Location | None = None
     """`{country}`: the web search is localised to it."""
-    mode: Literal["extract", "chat"] | None = None
-    threadId: str | None = None
-    exchange: dict[str, Any] | None = None
-    zeroDataRetention: bool | None = None
-    threatProtection: dict[str, Any] | None = None
+    mode: Mode | None = None
+    threadId: Annotated[str | None, UNSUPPORTED] = None
+    exchange: Annotated[dict[str, Any] | None, UNSUPPORTED] = None
+    zeroDataRetention: Annotated[bool | None, UNSUPPORTED] = None
+    threatProtection: Annotated[dict[str, Any] | None, UNSUPPORTED] = None
     auditMetadata: dict[str, Any] | None = None
-    integration: str | None = None
+    integration: Integration | None = None
     origin: str | None = None
+
+
+def agent_schemas(*, search: bool, models: Any, providers: frozenset[str]) -> dict[str, Any]:
+    """`AgentModel` (the models this deployment runs) and `AgentRules` (without [search] an
+    agent needs urls)."""
+    names = sorted({*FIRECRAWL_MODELS, *models, *providers})
+    urls = {"required": ["urls"], "properties": {"urls": {"type": "array", "minItems": 1}}}
+    strict = {"required": ["strictConstrainToURLs"],
+              "properties": {"strictConstrainToURLs": {"const": True}}}  # fmt: skip
+    prompt = {"required": ["prompt"], "properties": {"prompt": {"type": "string"}}}
+    rules: list[dict[str, Any]] = [prompt, {"if": strict, "then": urls}]
+    if not search:
+        rules.append(urls)
+    said = "a prompt; strictConstrainToURLs needs urls"
+    said += "" if search else "; without [search] urls are needed"
+    return {"AgentModel": {"enum": names}, "AgentRules": {"allOf": rules, "description": said}}
+
+
+AgentBody = Annotated[AgentRequest, Meta(extra_json_schema=deployment_schema("AgentRules"))]
 
 
 _KEYS = frozenset(AgentRequest.__struct_fields__)
@@ -193,7 +245,7 @@ def _request_problems(request: AgentRequest) -> list[Problem]:
         problems.append(problem("$.zeroDataRetention", "not supported for agents (as Firecrawl)"))
     country = (request.location or {}).get("country")
     if request.location is not None and not (
-        isinstance(country, str) and len(country) == 2 and country.isalpha()
+        isinstance(country, str) and COUNTRY.fullmatch(country)
     ):
         problems.append(problem("$.location.country", "an ISO 3166-1 alpha-2 code such as DE"))
     return problems

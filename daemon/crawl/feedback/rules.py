@@ -4,15 +4,21 @@
 from __future__ import annotations
 
 import re
-import uuid
 from typing import Any
 
 from daemon.crawl.problems import Problem, problem
 
 RATINGS = ("good", "bad", "partial")
 ENDPOINTS = ("search", "scrape", "parse", "map", "alexandria")
-_URL = re.compile(r"https?://\S+$")
-_ISSUE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,79}$")
+URL_PATTERN = r"^https?://[^\s\x1c-\x1f]+$"
+"""An http(s) URL without white space (0x1c-0x1f named: Python's \\s has them, the JSON-schema
+engines' does not); at most MAX_URL characters."""
+MAX_URL = 2048
+CODE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,79}$"
+UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+_URL = re.compile(URL_PATTERN)
+_ISSUE = re.compile(CODE_PATTERN)
+_UUID = re.compile(UUID_PATTERN)
 _COMMON = frozenset({"rating", "valuableSources", "missingContent", "querySuggestions", "origin"})
 SEARCH_KEYS = _COMMON
 JOB_KEYS = _COMMON | {
@@ -22,13 +28,8 @@ JOB_KEYS = _COMMON | {
 
 
 def is_uuid(text: Any) -> bool:
-    if not isinstance(text, str):
-        return False
-    try:
-        uuid.UUID(text)
-    except ValueError:
-        return False
-    return True
+    """A UUID in its usual form (8-4-4-4-12 hex digits)."""
+    return isinstance(text, str) and _UUID.fullmatch(text) is not None
 
 
 def _text(raw: dict[str, Any], key: str, most: int, out: list[Problem], path: str = "$") -> None:
@@ -38,7 +39,7 @@ def _text(raw: dict[str, Any], key: str, most: int, out: list[Problem], path: st
 
 
 def _url(value: Any) -> bool:
-    return isinstance(value, str) and len(value) <= 2048 and _URL.match(value) is not None
+    return isinstance(value, str) and len(value) <= MAX_URL and _URL.fullmatch(value) is not None
 
 
 def _list(raw: dict[str, Any], key: str, most: int, out: list[Problem]) -> list[Any]:
@@ -89,7 +90,7 @@ def search_problems(search_id: str, raw: dict[str, Any]) -> list[Problem]:
 
 def _codes(raw: dict[str, Any], key: str, out: list[Problem]) -> None:
     for i, code in enumerate(_list(raw, key, 20, out)):
-        if not isinstance(code, str) or not _ISSUE.match(code):
+        if not isinstance(code, str) or not _ISSUE.fullmatch(code):
             out.append(problem(f"$.{key}[{i}]", "a code of lowercase letters, digits, _ or -"))
 
 

@@ -90,7 +90,7 @@ def repeated(formats: list[Any], path: str) -> list[Problem]:
     problems, seen = [], set()
     for i, fmt in enumerate(formats):
         name = fmt if isinstance(fmt, str) else fmt.get("type") if isinstance(fmt, dict) else None
-        if name not in FORMATS:
+        if not isinstance(name, str) or name not in FORMATS:
             continue
         field = "highlights" if name == "highlights" else "answer"
         if field in seen:

@@ -10,9 +10,10 @@ from typing import Any
 
 import msgspec
 
+from daemon.crawl.content import attributes
 from daemon.crawl.content.document import FORMATS
-from daemon.crawl.options.llm_formats import SERVED as LLM_SERVED
-from daemon.crawl.options.schemas import JSON_SCHEMA, nullable
+from daemon.crawl.llmwork import rules as ask_rules
+from daemon.crawl.options.schemas import JSON_SCHEMA, NOT_BLANK, nullable
 from daemon.crawl.rendering import render_rules
 from daemon.crawl.tracking import changes as tracking
 from daemon.llm import rules as llm_rules
@@ -48,16 +49,21 @@ def format_schemas(*, browser: bool, providers: Sequence[str]) -> dict[str, Any]
         _closed("changeTracking", modes={"type": "array", "items": {"enum": modes}},
                 schema=nullable(JSON_SCHEMA), prompt=_prompt(),
                 tag=nullable({"type": "string", "maxLength": tracking.MAX_TAG})),
+        _attributes(),
     ]  # fmt: skip
     if llm:
-        names += sorted(LLM_SERVED)
+        names += ["json", "summary"]
         entries += [
             _closed("json", schema=nullable(JSON_SCHEMA), prompt=_prompt(),
                     checkPromptInjection={"type": ["boolean", "null"]}, provider=provider),
             _closed("summary", provider=provider),
+            *_asks(provider),
         ]  # fmt: skip
-    rules: list[dict[str, Any]] = [{"if": {"contains": _is("changeTracking")},
-                                    "then": {"contains": _is("markdown")}}]  # fmt: skip
+    rules: list[dict[str, Any]] = [
+        {"if": {"contains": _is("changeTracking")}, "then": {"contains": _is("markdown")}},
+        _once(_is("attributes")), _once(_is("highlights")),
+        _once({"anyOf": [_is("question"), _is("query")]}),
+    ]  # fmt: skip
     if browser:
         names += SCREENSHOTS
         viewport = {"type": "object", "additionalProperties": False,
@@ -69,16 +75,57 @@ def format_schemas(*, browser: bool, providers: Sequence[str]) -> dict[str, Any]
             {"type": "object", "required": ["type"],
              "properties": {"type": {"const": "screenshot@fullPage"}}},
         ]  # fmt: skip
-        screenshot = {"anyOf": [_is(name) for name in SCREENSHOTS]}
-        rules.append({"not": {"contains": screenshot, "minContains": 2}})
+        rules.append(_once({"anyOf": [_is(name) for name in SCREENSHOTS]}))
     formats = {
         "type": "array",
         "items": {"anyOf": [{"enum": names}, *entries]},
         "allOf": rules,
-        "description": "changeTracking needs markdown among the formats"
-        + ("; one screenshot format at most" if browser else ""),
+        "description": "changeTracking needs markdown among the formats; one attributes, one"
+        " highlights, one of question and query" + (", one screenshot" if browser else ""),
     }
     return {"ScrapeFormats": formats, **_actions(browser)}
+
+
+def _once(entry: dict[str, Any]) -> dict[str, Any]:
+    """At most one format matching `entry` (in the form schemathesis generates from)."""
+    return {"anyOf": [{"not": {"contains": entry}}, {"contains": entry, "maxContains": 1}]}
+
+
+def _asks(provider: dict[str, Any]) -> list[dict[str, Any]]:
+    """question, highlights and query: objects holding what the model is asked."""
+    text = {"type": "string", "maxLength": llm_rules.MAX_PROMPT, **NOT_BLANK}
+    found = []
+    for name, key in ask_rules.TEXT_KEY.items():
+        entry = _closed(name, provider=provider, **{key: text})
+        entry["required"] = ["type", key]
+        if name == "query":
+            entry["properties"]["mode"] = {"enum": list(ask_rules.MODES)}
+        found.append(entry)
+    return found
+
+
+def _attributes() -> dict[str, Any]:
+    """The attributes format: CSS selectors (Lexbor's syntax) and the attribute each reads."""
+
+    def text(most: int, description: str) -> dict[str, Any]:
+        return {"type": "string", "maxLength": most, **NOT_BLANK, "description": description}
+
+    item = {"type": "object", "additionalProperties": False, "required": ["selector", "attribute"],
+            "properties": {
+                "selector": text(attributes.MAX_SELECTOR_CHARS, "a CSS selector (it parses)"),
+                "attribute": text(attributes.MAX_ATTRIBUTE_CHARS, "an attribute name"),
+            }}  # fmt: skip
+    entry = _closed(
+        "attributes",
+        selectors={
+            "type": "array",
+            "minItems": 1,
+            "maxItems": attributes.MAX_SELECTORS,
+            "items": item,
+        },
+    )
+    entry["required"] = ["type", "selectors"]
+    return entry
 
 
 def _actions(browser: bool) -> dict[str, Any]:

@@ -30,6 +30,12 @@ HTTP_URL: dict[str, Any] = {
 """An absolute http(s) URL with a host, as models.url_problems checks it."""
 HttpUrl = Annotated[str, Meta(extra_json_schema=HTTP_URL)]
 
+SPACE = r"\s\x1c-\x1f"
+"""What str.strip() takes away, as a regex class: Unicode white space and 0x1c-0x1f (Python's
+`\\s` has them, the JSON-schema engines' does not: both are named)."""
+NOT_BLANK: dict[str, Any] = {"pattern": f"[^{SPACE}]"}
+"""A string that is not only white space (as `text.strip()` checks it)."""
+
 INTEGRATION: dict[str, Any] = {"anyOf": [{"enum": list(INTEGRATIONS)}, {"pattern": "^_"}]}
 
 _TRUTHY = {"anyOf": [

@@ -141,6 +141,13 @@ def check_scrape_options(
     `browser`: a browser is configured ([crawl.browser] enabled), so screenshots, actions,
     waitFor, mobile and location.languages are served. `llm`: the LLM service, which serves
     the json and summary formats when `[llm]` is configured."""
+    unnamed = [
+        problem(f"{path}.formats[{i}]", "a format is a string or an object with `type`")
+        for i, fmt in enumerate(options.formats)
+        if not isinstance(fmt if isinstance(fmt, str) else fmt.get("type"), str)
+    ]
+    if unnamed:  # every other rule reads the formats by name
+        return unnamed, ""
     problems = _format_problems(options, path, browser, llm)
     problems += _browser_problems(options, path, browser)
     problems += _value_problems(options, path)
@@ -154,9 +161,7 @@ def _format_problems(
     for i, fmt in enumerate(options.formats):
         name = fmt if isinstance(fmt, str) else fmt.get("type")
         where = f"{path}.formats[{i}]"
-        if not isinstance(name, str):
-            problems.append(problem(where, "a format is a string or an object with `type`"))
-        elif name in SCREENSHOT_FORMATS:
+        if name in SCREENSHOT_FORMATS:
             if not browser:
                 problems.append(
                     problem(where, f"format {name!r} needs a browser; [crawl.browser] is off")
@@ -172,7 +177,7 @@ def _format_problems(
             problems += attributes.check_format(fmt, where)
         elif name not in FORMATS:
             problems.append(
-                problem(where, f"unknown format {name[:50]!r}; supported: {sorted(KNOWN)}")
+                problem(where, f"unknown format {str(name)[:50]!r}; supported: {sorted(KNOWN)}")
             )
     return (
         problems

@@ -4,23 +4,26 @@
 # top-level `warning` into its CrawlParamsData.
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
+from msgspec import Meta
 
 from daemon.crawl.options.models import MAX_PROMPT, client_field_problems, url_problems
+from daemon.crawl.options.schemas import NOT_BLANK, HttpUrl
+from daemon.crawl.options.scrape_options import Integration
 from daemon.crawl.problems import BadRequest, converted, json_object, problem, unknown_keys
 
 
-class ParamsPreviewRequest(msgspec.Struct, kw_only=True):
+class ParamsPreviewRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """The body of POST /v2/crawl/params-preview."""
 
-    url: str
-    prompt: str
+    url: HttpUrl
+    prompt: Annotated[str, Meta(extra_json_schema={"maxLength": MAX_PROMPT, **NOT_BLANK})]
     """What to crawl, in words (at most 10,000 characters)."""
     zeroDataRetention: bool = False
     origin: str | None = None
-    integration: str | None = None
+    integration: Integration | None = None
 
 
 class ParamsPreviewData(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -5,8 +5,9 @@
 # runs inside the request, before the crawl job exists, so the job stores only the options it
 # runs with and a restart never asks the model again.
 #
-# Without `[llm]` a prompt is refused with 403 LLM_NOT_CONFIGURED naming the section: the request
-# is well formed, this deployment lacks what it needs (never a silent crawl without the prompt).
+# Without `[llm]` a prompt is refused with 501 LLM_NOT_CONFIGURED naming the section (as /v2/extract
+# and /v2/agent are): the request is well formed, this deployment lacks what it needs (never a
+# silent crawl without the prompt).
 # A model that fails is Firecrawl's 400 "Failed to process natural language prompt" when its
 # answer was unusable, a 502 when it could not be reached or kept failing.
 from __future__ import annotations
@@ -47,7 +48,7 @@ NOT_UNDERSTOOD = "Failed to process natural language prompt. Please try rephrasi
 PROMPT_ERRORS = {
     400: "the model's answer could not be used (Firecrawl's 'Failed to process natural language"
     " prompt')",
-    403: "LLM_NOT_CONFIGURED: crawl prompts need [llm]",
+    501: "LLM_NOT_CONFIGURED: crawl prompts need [llm]",
     502: "the model could not be reached or kept failing (its LLM_* code)",
 }
 """What a request with a prompt can be answered with besides its own 400s (for /openapi.json)."""
@@ -85,7 +86,7 @@ class CrawlPrompts:
         none to give (no `[llm]`, the model failed)."""
         if not self.configured():
             self._failed("LLM_NOT_CONFIGURED")
-            raise PromptError(403, "LLM_NOT_CONFIGURED", NOT_CONFIGURED)
+            raise PromptError(501, "LLM_NOT_CONFIGURED", NOT_CONFIGURED)
         urls = await self._map(url)
         try:
             result = await self.llm.extract_json(

@@ -24,9 +24,11 @@ _GITHUB = re.compile(
 )
 
 
-def _int(raw: dict[str, Any], key: str, low: int, high: int, out: list[Problem]) -> int | None:
+def _int(
+    raw: dict[str, Any], key: str, low: int, high: int, out: list[Problem], from_query: bool
+) -> int | None:
     value = raw.get(key)
-    if isinstance(value, str) and value.strip().isdigit():
+    if from_query and isinstance(value, str) and re.fullmatch(r"[0-9]{1,6}", value):
         value = int(value)
     if value is None:
         return None
@@ -36,17 +38,18 @@ def _int(raw: dict[str, Any], key: str, low: int, high: int, out: list[Problem])
     return value
 
 
-def search_body(raw: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """The POST /v2/search body for a developer search (query or JSON values as given) and the
-    passages wanted per result (default 3); BadRequest naming every bad field."""
+def search_body(raw: dict[str, Any], *, from_query: bool = False) -> tuple[dict[str, Any], int]:
+    """The POST /v2/search body for a developer search and the passages wanted per result
+    (default 3); BadRequest naming every bad field. `from_query`: `raw` holds a query string's
+    values (k and passages as digits)."""
     out = [problem(f"$.{k}", "unknown key") for k in sorted(set(raw) - KEYS)]
     out += [problem(f"$.{k}", not_supported(f"developer search {k!r}"))
             for k in UNSUPPORTED if raw.get(k) is not None]  # fmt: skip
     query = raw.get("query")
     if not isinstance(query, str) or not query.strip():
         out.append(problem("$.query", "a non-empty string"))
-    k = _int(raw, "k", 1, 100, out)
-    passages = _int(raw, "passages", 1, 5, out)
+    k = _int(raw, "k", 1, 100, out, from_query)
+    passages = _int(raw, "passages", 1, 5, out, from_query)
     if out:
         raise BadRequest(out)
     return {"query": query, "limit": k or 10, "categories": ["developer"]}, passages or 3

@@ -20,7 +20,7 @@ from prometheus_client import Counter
 from daemon.crawl.fetching.fetch import FetchError
 from daemon.crawl.options import models
 from daemon.crawl.options.models import ScrapeOptions, ScrapeRequest
-from daemon.crawl.options.schemas import INTEGRATION, UNSUPPORTED
+from daemon.crawl.options.schemas import INTEGRATION, SPACE, UNSUPPORTED
 from daemon.crawl.problems import BadRequest, converted, json_object, problem, unknown_keys
 from daemon.crawl.runs.service import CrawlService
 from daemon.crawl.search.highlights import Highlighter
@@ -57,9 +57,6 @@ NOT_CONFIGURED = (
 NOT_CONFIGURED_STATUS = 501
 """A search on a crawld without [search]: the feature is missing here, the request is not bad
 (Firecrawl's self-hosted server answers 501 for a service it is not configured with)."""
-SPACE = r"\s\x1c-\x1f"
-"""What str.strip() takes away, as a regex class: Unicode white space and 0x1c-0x1f (Python's
-`\\s` has them, the JSON-schema engines' does not: both are named)."""
 DOMAIN = re.compile(
     rf"^[{SPACE}]*(?:[Hh][Tt][Tt][Pp][Ss]?://)?[/.]*[^{SPACE}/.][^{SPACE}/]*/?[{SPACE}]*$"
 )

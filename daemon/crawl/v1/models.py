@@ -176,7 +176,8 @@ def v1_schemas(*, browser: bool, providers: Sequence[str]) -> dict[str, Any]:
     ]  # fmt: skip
     formats: dict[str, Any] = {"type": "array", "items": {"enum": names}}
     if browser:
-        formats["not"] = {"contains": {"enum": list(SCREENSHOT_FORMATS)}, "minContains": 2}
+        shot = {"enum": list(SCREENSHOT_FORMATS)}
+        formats["anyOf"] = [{"not": {"contains": shot}}, {"contains": shot, "maxContains": 1}]
     described = ("extract (jsonOptions) is given exactly with the extract (json) format;"
                  " changeTracking needs markdown")  # fmt: skip
     return {"V1ScrapeFormats": formats,
