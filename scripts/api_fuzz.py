@@ -78,6 +78,17 @@ SCHEMATHESIS_CONFIG = """
 include-path-regex = "^/v[12]/(scrape|map|search)$"
 [operations.checks.positive_data_acceptance]
 expected-statuses = ["2xx", "3xx", "401", "403", "404", "408", "409", "429", "5xx"]
+
+# An upload whose bytes crawld cannot read (random bytes, an image without OCR, a damaged PDF)
+# is a 415 or 422 about the file's content, which no schema of the form can state.
+[[operations]]
+include-path-regex = "^/v2/parse$"
+[operations.checks.positive_data_acceptance]
+expected-statuses = ["2xx", "3xx", "401", "403", "404", "408", "409", "415", "422", "429", "5xx"]
+# schemathesis 4.32.5's coverage phase fails on a binary part ("Unsupported type: 'Binary'"):
+# the upload is fuzzed in the other phases.
+[operations.phases.coverage]
+enabled = false
 """
 
 

@@ -129,6 +129,8 @@ class ApiRoute:
     upload_limit: Callable[[], int] | None = None
     """An upload route: multipart/form-data accepted at the edge, with this body limit (bytes)
     instead of [http] max_body; `body` is then documented as multipart."""
+    encoding: Mapping[str, Any] = field(default_factory=dict)
+    """How the body's parts are sent (OpenAPI `encoding`: a part's contentType)."""
     ok_also: type | None = None
     """Another shape the success status may carry (Firecrawl answers some failures with 200 and
     `success: false`)."""
@@ -211,10 +213,10 @@ def openapi_document(
             op["parameters"] = params
         if route.body is not None:
             media = "multipart/form-data" if route.upload_limit else "application/json"
-            op["requestBody"] = {
-                "required": route.body_required,
-                "content": {media: {"schema": schema_of[route.body]}},
-            }
+            content: dict[str, Any] = {"schema": schema_of[route.body]}
+            if route.encoding:
+                content["encoding"] = dict(route.encoding)
+            op["requestBody"] = {"required": route.body_required, "content": {media: content}}
         elif route.method in ("POST", "PUT", "PATCH"):
             op["requestBody"] = IGNORED_BODY
         ok: dict[str, Any] = {"description": "OK" if route.ok_status == 200 else "Accepted"}

@@ -5,15 +5,20 @@
 # (with the running `checkId`). The work: daemon/crawl/monitors/.
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
+from msgspec import Meta
 from starlette.requests import Request
 from starlette.responses import Response
 
 from daemon.api.app import UUID_PARAM, ApiRoute, QueryParam, int_param, json, public_link
 from daemon.api.crawl import bad_request, firecrawl_error, request_body
+from daemon.config import WebhookSpec
+from daemon.crawl.monitors import models as monitors
 from daemon.crawl.monitors.service import MonitorNotFound, MonitorService, RunRefused
+from daemon.crawl.options.models import CrawlRequest, PathPatterns, ScrapeOptions
+from daemon.crawl.options.schemas import NOT_BLANK, HttpUrl, body_model, borrowed, with_schema
 from daemon.crawl.problems import BadRequest, json_object
 
 LIMIT = int_param("limit", "Most items in this answer", 1, 1000)
@@ -25,33 +30,110 @@ CHECK_STATUS = QueryParam("status", "Only checks with this status", enum=CHECK_S
 PAGE_STATUS = QueryParam("status", "Only pages with this status", enum=PAGE_STATUSES)
 
 
-class MonitorBody(msgspec.Struct, kw_only=True):
-    """POST /v2/monitor (PATCH takes the same fields, all optional, and `status`)."""
+TargetId = Annotated[str, Meta(max_length=128)]
+_OPTIONS = "scrape options (snake_case keys are taken too, as firecrawl-py sends them); markdown"
+_OPTIONS += " is always taken and nothing is read from the cache"
+if TYPE_CHECKING:
+    CrawlOptions = dict[str, Any]
+else:  # a model for msgspec (its annotations are read at run time), a dict for mypy
+    CrawlOptions = body_model(
+        "MonitorCrawlOptions",
+        "A crawl target's crawl options (those of POST /v2/crawl).",
+        borrowed(CrawlRequest, set(CrawlRequest.__struct_fields__) - {"url", "scrapeOptions"}),
+        module=__name__,
+    )
 
-    name: str
-    schedule: dict[str, Any]
-    """`{cron}` or `{text}` ("every 15 minutes", "hourly", "daily at 9am", ...), `timezone`."""
-    targets: list[dict[str, Any]]
-    """1..50 of `{type: "scrape", urls, scrapeOptions?}` or `{type: "crawl", url,
-    crawlOptions?, scrapeOptions?}`."""
-    webhook: dict[str, Any] | None = None
-    notification: dict[str, Any] | None = None
-    retentionDays: int | None = None
-    goal: str | None = None
+
+class ScrapeTarget(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag="scrape",
+                   tag_field="type"):  # fmt: skip
+    id: TargetId | None = None
+    urls: Annotated[list[HttpUrl], Meta(min_length=1, max_length=monitors.MAX_URLS)]
+    scrapeOptions: Annotated[ScrapeOptions | None, Meta(description=_OPTIONS)] = None
+    ignorePatterns: PathPatterns | None = None
+
+
+class CrawlTarget(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag="crawl",
+                  tag_field="type"):  # fmt: skip
+    id: TargetId | None = None
+    url: HttpUrl
+    crawlOptions: CrawlOptions | None = None
+    scrapeOptions: Annotated[ScrapeOptions | None, Meta(description=_OPTIONS)] = None
+    ignorePatterns: PathPatterns | None = None
+
+
+class SearchTarget(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag="search",
+                   tag_field="type"):  # fmt: skip
+    id: TargetId | None = None
+    queries: Annotated[
+        list[Annotated[str, Meta(max_length=500, extra_json_schema=NOT_BLANK)]],
+        Meta(min_length=1, max_length=monitors.MAX_QUERIES),
+    ]
+    searchWindow: Literal["5m", "15m", "1h", "6h", "24h", "7d"] | None = None
+    includeDomains: list[Annotated[str, Meta(min_length=1)]] | None = None
+    excludeDomains: list[Annotated[str, Meta(min_length=1)]] | None = None
+    maxResults: Annotated[int, Meta(ge=1, le=monitors.MAX_RESULTS)] | None = None
+
+
+class Schedule(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """`{cron}` or `{text}` ("every 15 minutes", "hourly", "daily at 9am", ...), `timezone`
+    (IANA, UTC by default); never more often than [monitors] min_interval."""
+
+    cron: str | None = None
+    text: str | None = None
+    timezone: str | None = None
+
+
+ONE_SCHEDULE = {"oneOf": [
+    {"required": ["cron"], "properties": {"cron": {"type": "string"}, "text": {"type": "null"}}},
+    {"required": ["text"], "properties": {"text": {"type": "string"}, "cron": {"type": "null"}}},
+]}  # fmt: skip
+_NOTIFICATION = {"properties": {"email": {"anyOf": [
+    {"not": {"type": "object"}},
+    {"properties": {"enabled": {"enum": [False, None, 0, ""]}}},
+]}}, "description": "email notifications are refused (use a webhook)"}  # fmt: skip
+_WEBHOOK = {"properties": {"events": {"items": {"enum": list(monitors.EVENTS)}}}}
+Targets = Annotated[
+    list[ScrapeTarget | CrawlTarget | SearchTarget],
+    Meta(min_length=1, max_length=monitors.MAX_TARGETS),
+]
+
+
+class MonitorFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """POST /v2/monitor; PATCH /v2/monitor/{id} takes the same fields, all optional, and
+    `status` (checked by daemon/crawl/monitors/models.py, declared here)."""
+
+    name: Annotated[str, Meta(max_length=monitors.MAX_NAME, extra_json_schema=NOT_BLANK)]
+    schedule: Annotated[Schedule, Meta(extra_json_schema=ONE_SCHEDULE)]
+    targets: Targets
+    webhook: Annotated[WebhookSpec | None, Meta(extra_json_schema=_WEBHOOK)] = None
+    notification: Annotated[dict[str, Any] | None, Meta(extra_json_schema=_NOTIFICATION)] = None
+    retentionDays: Annotated[int, Meta(ge=1, le=monitors.MAX_RETENTION_DAYS)] | None = None
+    goal: Annotated[str, Meta(max_length=2000)] | None = None
     judgeEnabled: bool | None = None
-    origin: str | None = None
+    origin: Any = None
+    integration: Any = None
 
 
-class MonitorPatch(msgspec.Struct, kw_only=True):
-    name: str | None = None
-    status: str | None = None
-    schedule: dict[str, Any] | None = None
-    targets: list[dict[str, Any]] | None = None
-    webhook: dict[str, Any] | None = None
-    notification: dict[str, Any] | None = None
-    retentionDays: int | None = None
-    goal: str | None = None
-    judgeEnabled: bool | None = None
+GOAL = {
+    "if": {"required": ["targets"],
+           "properties": {"targets": {"contains": {"properties": {"type": {"const": "search"}}}}}},
+    "then": {"anyOf": [
+        {"required": ["goal"], "properties": {"goal": {"type": "string", "minLength": 1}}},
+        {"required": ["judgeEnabled"], "properties": {"judgeEnabled": {"const": False}}}]},
+    "description": "a search target needs a goal (or judgeEnabled false); target ids unique",
+}  # fmt: skip
+MonitorBody = Annotated[MonitorFields, Meta(extra_json_schema=GOAL)]
+MonitorPatch = with_schema(body_model(
+    "MonitorPatch", "PATCH /v2/monitor/{id}: the fields given replace the stored ones.",
+    borrowed(MonitorFields, set(MonitorFields.__struct_fields__),
+             name=(Annotated[str, Meta(max_length=monitors.MAX_NAME,
+                                       extra_json_schema=NOT_BLANK)] | None, None),
+             schedule=(Annotated[Schedule | None, Meta(extra_json_schema={
+                 "anyOf": [{"type": "null"}, ONE_SCHEDULE]})], None),
+             targets=(Targets | None, None),
+             status=(Literal["active", "paused"] | None, None)),
+    module=__name__,
+), GOAL)  # fmt: skip
 
 
 class MonitorAnswer(msgspec.Struct, kw_only=True):
@@ -173,7 +255,7 @@ def routes(service: MonitorService) -> list[ApiRoute]:
         ApiRoute("POST", "/v2/monitor", h["create"],
                  "Create a monitor: a schedule and targets whose pages each check compares with"
                  " their previous snapshot (same, new, changed, removed, error)",
-                 body=MonitorBody, response=MonitorAnswer,
+                 body=MonitorBody, body_required=True, response=MonitorAnswer,
                  errors={400: "Bad Request: the field named (schedule below [monitors]"
                               " min_interval, unknown time zone, 0 or more than 50 targets, bad"
                               " target options, search targets, email notifications)"}),

@@ -7,22 +7,23 @@
 # 1 MiB is spooled to an anonymous temporary file, gone when the form is closed at the answer.
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+from msgspec import Meta
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
 from daemon.api.app import ApiRoute, json
-from daemon.api.crawl import bad_request, firecrawl_error, scrape_failure
+from daemon.api.crawl import bad_request, firecrawl_error, scrape_deployment, scrape_failure
 from daemon.crawl.documents.errors import DocumentError
 from daemon.crawl.documents.sniff import FORMATS
 from daemon.crawl.fetching.fetch import FetchError
 from daemon.crawl.metrics import scrapes
 from daemon.crawl.options import responses
-from daemon.crawl.options.parse_options import parse_options
+from daemon.crawl.options.parse_options import ParseOptions, parse_options
 from daemon.crawl.problems import BadRequest
 from daemon.crawl.runs.service import CrawlService
 
@@ -35,10 +36,10 @@ MISSING_FILE = ("Missing file upload. Send multipart/form-data with a 'file' fie
 class ParseForm(msgspec.Struct):
     """The multipart/form-data body of POST /v2/parse."""
 
-    file: str
-    """The file (binary part, with its file name and Content-Type)."""
-    options: str = "{}"
-    """Scrape options as a JSON string, less the browser's (actions, waitFor, location, mobile,
+    file: Annotated[str, Meta(extra_json_schema={"format": "binary", "minLength": 1})]
+    """The file (binary part, with its file name and Content-Type), not empty."""
+    options: ParseOptions = msgspec.field(default_factory=ParseOptions)
+    """Scrape options as a JSON part, less the browser's (actions, waitFor, location, mobile,
     screenshot, changeTracking, branding, audio, video)."""
 
 
@@ -156,7 +157,9 @@ def routes(service: CrawlService) -> list[ApiRoute]:
                  "Parse an uploaded file (PDF, image, docx, xlsx, pptx, odt, rtf, epub, csv, "
                  "html) into a document; nothing of it is kept",
                  body=ParseForm, body_required=True, response=responses.ScrapeResponse,
-                 errors=errors, upload_limit=h.body_limit),
+                 errors=errors, upload_limit=h.body_limit,
+                 encoding={"options": {"contentType": "application/json"}},
+                 deployment=scrape_deployment(service)),
         ApiRoute("GET", "/v2/parse/formats", h.formats,
                  "The file formats /v2/parse reads, `available` on this deployment",
                  response=ParseFormats),

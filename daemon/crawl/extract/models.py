@@ -26,6 +26,8 @@ from daemon.crawl.options.schemas import (
     JSON_SCHEMA,
     MAX_SAFE_INTEGER,
     UNSUPPORTED,
+    body_model,
+    borrowed,
 )
 from daemon.crawl.problems import (
     BadRequest,
@@ -106,10 +108,10 @@ _EXPERIMENTAL = frozenset(
 _KEYS = frozenset(f.encode_name for f in msgspec.structs.fields(ExtractRequest))
 
 
-V1ExtractBody = v1_models.body_model(
+V1ExtractBody = body_model(
     "V1ExtractBody", "The body of POST /v1/extract: v1's scrapeOptions (onlyMainContent false by"
     " default), ignoreInvalidURLs false by default.",
-    v1_models.borrowed(ExtractRequest, set(ExtractRequest.__struct_fields__) - {"scrapeOptions"},
+    borrowed(ExtractRequest, set(ExtractRequest.__struct_fields__) - {"scrapeOptions"},
                        ignoreInvalidURLs=(bool, False),
                        scrapeOptions=(v1_models.with_rules(v1_models.V1ScrapeOptions | None),
                                       None)),

@@ -176,7 +176,7 @@ def _target(raw: Any, at: str, seen: set[str], *, browser: bool, default_limit: 
     if not isinstance(raw, dict):
         return None, [problem(at, "a target is an object")]
     kind = raw.get("type")
-    if kind not in TARGET_KEYS:
+    if not isinstance(kind, str) or kind not in TARGET_KEYS:
         return None, [problem(f"{at}.type", "one of scrape, crawl, search")]
     problems = [problem(f"{at}.{k}"[:200], "unrecognized key")
                 for k in sorted(raw) if k not in TARGET_KEYS[kind]]  # fmt: skip

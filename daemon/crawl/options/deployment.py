@@ -59,11 +59,12 @@ def format_schemas(*, browser: bool, providers: Sequence[str]) -> dict[str, Any]
             _closed("summary", provider=provider),
             *_asks(provider),
         ]  # fmt: skip
+    once = [_once(_is("attributes")), _once(_is("highlights")),
+            _once({"anyOf": [_is("question"), _is("query")]})]  # fmt: skip
     rules: list[dict[str, Any]] = [
         {"if": {"contains": _is("changeTracking")}, "then": {"contains": _is("markdown")}},
-        _once(_is("attributes")), _once(_is("highlights")),
-        _once({"anyOf": [_is("question"), _is("query")]}),
-    ]  # fmt: skip
+        *once,
+    ]
     if browser:
         names += SCREENSHOTS
         viewport = {"type": "object", "additionalProperties": False,
@@ -83,7 +84,23 @@ def format_schemas(*, browser: bool, providers: Sequence[str]) -> dict[str, Any]
         "description": "changeTracking needs markdown among the formats; one attributes, one"
         " highlights, one of question and query" + (", one screenshot" if browser else ""),
     }
-    return {"ScrapeFormats": formats, **_actions(browser)}
+    uploads = {  # /v2/parse: no page, so no change tracking and no screenshot
+        "type": "array",
+        "items": {"anyOf": [{"enum": [n for n in names if n not in UPLOADS_REFUSE]},
+                            *(e for e in entries if not _names(e) & UPLOADS_REFUSE)]},
+        "allOf": once,
+        "description": "one attributes, one highlights, one of question and query",
+    }  # fmt: skip
+    return {"ScrapeFormats": formats, "ParseFormats": uploads, **_actions(browser)}
+
+
+UPLOADS_REFUSE = frozenset({"changeTracking", *SCREENSHOTS})
+
+
+def _names(entry: dict[str, Any]) -> set[str]:
+    """The format names an object entry's `type` allows."""
+    kind = entry.get("properties", {}).get("type", {})
+    return {kind["const"]} if "const" in kind else set(kind.get("enum", ()))
 
 
 def _once(entry: dict[str, Any]) -> dict[str, Any]:

@@ -6,16 +6,19 @@
 # options are accepted and ignored: an upload is never read from nor written to the cache.
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
+from msgspec import Meta
 
 from daemon.crawl.options.llm_formats import LlmCheck
 from daemon.crawl.options.models import client_field_problems
+from daemon.crawl.options.schemas import UNSUPPORTED, body_model, borrowed
 from daemon.crawl.options.scrape_options import SCRAPE_KEYS, ScrapeOptions, check_scrape_options
 from daemon.crawl.problems import BadRequest, Problem, converted, problem, unknown_keys
+from daemon.jsonvalues import deployment_schema
 
-__all__ = ["ParseRequest", "parse_options"]
+__all__ = ["ParseOptions", "ParseRequest", "parse_options"]
 
 _ALLOWED = frozenset(
     {"formats", "onlyMainContent", "includeTags", "excludeTags", "headers", "timeout",
@@ -29,6 +32,33 @@ _REFUSED_FORMATS = {
     "screenshot@fullPage": "screenshot output", "branding": "branding output",
     "audio": "audio output", "video": "video output",
 }  # fmt: skip
+
+
+_NOT_READ = Meta(description="accepted and not read: an upload is never cached")
+ParseOptions = body_model(
+    "ParseOptions",
+    "The `options` part of POST /v2/parse: the scrape options an upload takes.",
+    borrowed(
+        ScrapeOptions,
+        _ALLOWED - {"actions", "waitFor", "location", "mobile", "proxy", "formats"},
+        formats=(Annotated[list[str | dict[str, Any]], Meta(
+            extra_json_schema=deployment_schema("ParseFormats"))],
+            msgspec.field(default_factory=lambda: ["markdown"])),
+        proxy=(Annotated[str | None, Meta(extra_json_schema={"enum": ["auto", "basic", None]})],
+               None),
+        actions=(Annotated[Any, UNSUPPORTED], None),
+        mobile=(Annotated[Any, UNSUPPORTED], None),
+        location=(None, None),
+        waitFor=(Annotated[Any, Meta(extra_json_schema={
+            "not": {"type": "number", "exclusiveMinimum": 0},
+            "description": "not read; a positive number is refused (no browser)"})], None),
+        origin=(str | None, None),
+        zeroDataRetention=(bool, False),
+        **{key: (Annotated[Any, _NOT_READ], None)
+           for key in ("maxAge", "minAge", "storeInCache", "lockdown")},
+    ),
+    module=__name__,
+)  # fmt: skip
 
 
 class ParseRequest(msgspec.Struct, kw_only=True):
@@ -78,7 +108,7 @@ def _browser_problems(raw: dict[str, Any]) -> list[Problem]:
     formats = raw.get("formats")
     for i, fmt in enumerate(formats if isinstance(formats, list) else []):
         name = fmt if isinstance(fmt, str) else fmt.get("type") if isinstance(fmt, dict) else None
-        if name in _REFUSED_FORMATS:
+        if isinstance(name, str) and name in _REFUSED_FORMATS:
             what = _REFUSED_FORMATS[name]
             out.append(problem(f"$.options.formats[{i}]", f"Parse uploads do not support {what}."))
     return out

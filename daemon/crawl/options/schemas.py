@@ -6,8 +6,10 @@
 # the same constants.
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any
 
+import msgspec
 from msgspec import Meta
 
 MAX_URL_LENGTH = 8192
@@ -58,3 +60,37 @@ JSON_SCHEMA: dict[str, Any] = {
 
 def nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return {"anyOf": [schema, {"type": "null"}]}
+
+
+def borrowed(model: type, names: Iterable[str], **overrides: Any) -> list[tuple[Any, ...]]:
+    """Fields of `model` for msgspec.defstruct (body_model): each name with the model's type
+    (its rules included) and default, or with the (type, default) given in `overrides`."""
+    wanted = set(names)
+    fields: list[tuple[Any, ...]] = []
+    for info in msgspec.structs.fields(model):
+        if info.name not in wanted or info.name in overrides:
+            continue
+        if info.default_factory is not msgspec.NODEFAULT:
+            fields.append(
+                (info.name, info.type, msgspec.field(default_factory=info.default_factory))
+            )
+        elif info.default is not msgspec.NODEFAULT:
+            fields.append((info.name, info.type, info.default))
+        else:
+            fields.append((info.name, info.type))
+    return fields + [(name, *spec) for name, spec in overrides.items()]
+
+
+def body_model(name: str, doc: str, fields: list[tuple[Any, ...]], bases: tuple[type, ...] = (),
+               rename: dict[str, str] | None = None, module: str = __name__) -> Any:  # fmt: skip
+    """A body model made of `fields` (see `borrowed`; `rename` gives their keys where they
+    differ from the names), keyword-only, unknown keys refused: a body that takes another
+    model's fields, as v1's take v2's, declares them with that model's rules."""
+    return msgspec.defstruct(name, fields, bases=bases, module=module, kw_only=True,
+                             forbid_unknown_fields=True, rename=rename,
+                             namespace={"__doc__": doc})  # fmt: skip
+
+
+def with_schema(model: Any, schema: dict[str, Any]) -> Any:
+    """`model` (a body_model too) with `schema` declared on it: rules across its fields."""
+    return Annotated[model, Meta(extra_json_schema=schema)]

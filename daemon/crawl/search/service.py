@@ -20,7 +20,7 @@ from prometheus_client import Counter
 from daemon.crawl.fetching.fetch import FetchError
 from daemon.crawl.options import models
 from daemon.crawl.options.models import ScrapeOptions, ScrapeRequest
-from daemon.crawl.options.schemas import INTEGRATION, SPACE, UNSUPPORTED
+from daemon.crawl.options.schemas import INTEGRATION, SPACE, UNSUPPORTED, body_model, borrowed
 from daemon.crawl.problems import BadRequest, converted, json_object, problem, unknown_keys
 from daemon.crawl.runs.service import CrawlService
 from daemon.crawl.search.highlights import Highlighter
@@ -134,9 +134,9 @@ SearchBody = Annotated[SearchRequest, Meta(extra_json_schema={
             "properties": {"includeDomains": {"minItems": 1}, "excludeDomains": {"minItems": 1}}},
     "description": "includeDomains and excludeDomains cannot both be given",
 })]  # fmt: skip
-V1SearchBody = v1_models.body_model(
+V1SearchBody = body_model(
     "V1SearchBody", "The body of POST /v1/search (5 results by default, web only).",
-    v1_models.borrowed(SearchRequest, V1_SEARCH_KEYS - {"limit", "scrapeOptions"},
+    borrowed(SearchRequest, V1_SEARCH_KEYS - {"limit", "scrapeOptions"},
                        limit=(Limit, 5),
                        scrapeOptions=(v1_models.with_rules(v1_models.V1SearchScrapeOptions
                                                            | None), None)),

@@ -7,14 +7,21 @@
 # screenshots) and those between fields are the deployment schemas of `v1_schemas`.
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import msgspec
 from msgspec import Meta
 
 from daemon.crawl.options.models import BatchFields, CrawlRequest, MapRequest, ScrapeBody
-from daemon.crawl.options.schemas import JSON_SCHEMA, MAX_SAFE_INTEGER, UNSUPPORTED, nullable
+from daemon.crawl.options.schemas import (
+    JSON_SCHEMA,
+    MAX_SAFE_INTEGER,
+    UNSUPPORTED,
+    body_model,
+    borrowed,
+    nullable,
+)
 from daemon.crawl.options.scrape_options import Location, ScrapeOptions
 from daemon.crawl.tracking import changes as tracking
 from daemon.jsonvalues import deployment_schema
@@ -37,34 +44,6 @@ _BORROWED_SCRAPE_OPTIONS = (
     "skipTlsVerification", "timeout", "actions", "location", "removeBase64Images", "blockAds",
     "proxy", "maxAge", "storeInCache", "fastMode", "useMock",
 )  # fmt: skip
-
-
-def borrowed(model: type, names: Iterable[str], **overrides: Any) -> list[tuple[Any, ...]]:
-    """Fields of v2 `model` for msgspec.defstruct: each name with the model's type (its rules
-    included) and default, or with the (type, default) given in `overrides`."""
-    wanted = set(names)
-    fields: list[tuple[Any, ...]] = []
-    for info in msgspec.structs.fields(model):
-        if info.name not in wanted or info.name in overrides:
-            continue
-        if info.default_factory is not msgspec.NODEFAULT:
-            fields.append(
-                (info.name, info.type, msgspec.field(default_factory=info.default_factory))
-            )
-        elif info.default is not msgspec.NODEFAULT:
-            fields.append((info.name, info.type, info.default))
-        else:
-            fields.append((info.name, info.type))
-    return fields + [(name, *spec) for name, spec in overrides.items()]
-
-
-def body_model(name: str, doc: str, fields: list[tuple[Any, ...]], bases: tuple[type, ...] = (),
-               rename: dict[str, str] | None = None) -> Any:  # fmt: skip
-    """A v1 body model: `fields` (see `borrowed`; `rename` gives their keys where they differ
-    from the names), keyword-only, unknown keys refused."""
-    return msgspec.defstruct(name, fields, bases=bases, module=__name__, kw_only=True,
-                             forbid_unknown_fields=True, rename=rename,
-                             namespace={"__doc__": doc})  # fmt: skip
 
 
 def _formats(default: list[str]) -> tuple[Any, Any]:
