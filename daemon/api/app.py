@@ -166,6 +166,72 @@ def _resolve_marks(node: Any, known: Mapping[str, Any]) -> Any:
     return {"allOf": [resolved, ref], **kept} if resolved else {**ref, **kept}
 
 
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"error": {"type": "string"}, "detail": {}},
+    "required": ["error"],
+}
+
+
+def _operation(
+    route: ApiRoute, schema_of: Mapping[Any, Any], needs_key: Callable[[str], bool]
+) -> dict[str, Any]:
+    """One route's operation object: parameters, body, its OK answer and every error status."""
+    op: dict[str, Any] = {"summary": route.summary, "responses": {}}
+    params = [
+        {
+            "name": p.name,
+            "in": "query",
+            "required": p.required,
+            "description": p.description,
+            "schema": p.schema(),
+        }
+        for p in route.query
+    ]
+    params += [
+        {"name": part[1:-1], "in": "path", "required": True,
+         "schema": dict(route.path_params.get(part[1:-1], {"type": "string"}))}
+        for part in route.path.split("/")
+        if part.startswith("{")
+    ]  # fmt: skip
+    if params:
+        op["parameters"] = params
+    if route.body is not None:
+        media = "multipart/form-data" if route.upload_limit else "application/json"
+        content: dict[str, Any] = {"schema": schema_of[route.body]}
+        if route.encoding:
+            content["encoding"] = dict(route.encoding)
+        op["requestBody"] = {"required": route.body_required, "content": {media: content}}
+    elif route.method in ("POST", "PUT", "PATCH"):
+        op["requestBody"] = IGNORED_BODY
+    ok: dict[str, Any] = {"description": "OK" if route.ok_status == 200 else "Accepted"}
+    if route.response is not None:
+        schema = schema_of[route.response]
+        if route.ok_also is not None:
+            schema = {"anyOf": [schema, schema_of[route.ok_also]]}
+        ok["content"] = {route.content_type: {"schema": schema}}
+    elif route.content_type != "application/json":
+        ok["content"] = {route.content_type: {"schema": {"type": "string"}}}
+    op["responses"][str(route.ok_status)] = ok
+    errors = dict(route.errors)
+    if route.query:  # QueryParam.read_int and the handlers' checks answer a bad one so
+        errors.setdefault(400, "a query parameter malformed or out of range")
+    if route.path not in OPEN_PATHS:
+        errors = {**EDGE_ERRORS, **errors}
+        if not needs_key(route.path):
+            errors.pop(401)
+        if route.method not in SAFE_METHODS:
+            errors = {**CHANGE_ERRORS, **errors}
+    if not needs_key(route.path):
+        op["security"] = []
+    for status, description in sorted(errors.items()):
+        op["responses"][str(status)] = {
+            "description": description,
+            "content": {"application/json": {"schema": ERROR_SCHEMA}},
+        }
+    return op
+
+
 def openapi_document(
     routes: Sequence[ApiRoute],
     needs_key: Callable[[str], bool] | None = None,
@@ -185,66 +251,11 @@ def openapi_document(
     schemas = _resolve_marks(schemas, deployment)
     components = {**_resolve_marks(components, deployment), **deployment}
     schema_of = dict(zip(types, schemas, strict=True))
-    error_schema = {
-        "type": "object",
-        "properties": {"error": {"type": "string"}, "detail": {}},
-        "required": ["error"],
-    }
     paths: dict[str, dict[str, Any]] = {}
     for route in routes:
-        op: dict[str, Any] = {"summary": route.summary, "responses": {}}
-        params = [
-            {
-                "name": p.name,
-                "in": "query",
-                "required": p.required,
-                "description": p.description,
-                "schema": p.schema(),
-            }
-            for p in route.query
-        ]
-        params += [
-            {"name": part[1:-1], "in": "path", "required": True,
-             "schema": dict(route.path_params.get(part[1:-1], {"type": "string"}))}
-            for part in route.path.split("/")
-            if part.startswith("{")
-        ]  # fmt: skip
-        if params:
-            op["parameters"] = params
-        if route.body is not None:
-            media = "multipart/form-data" if route.upload_limit else "application/json"
-            content: dict[str, Any] = {"schema": schema_of[route.body]}
-            if route.encoding:
-                content["encoding"] = dict(route.encoding)
-            op["requestBody"] = {"required": route.body_required, "content": {media: content}}
-        elif route.method in ("POST", "PUT", "PATCH"):
-            op["requestBody"] = IGNORED_BODY
-        ok: dict[str, Any] = {"description": "OK" if route.ok_status == 200 else "Accepted"}
-        if route.response is not None:
-            schema = schema_of[route.response]
-            if route.ok_also is not None:
-                schema = {"anyOf": [schema, schema_of[route.ok_also]]}
-            ok["content"] = {route.content_type: {"schema": schema}}
-        elif route.content_type != "application/json":
-            ok["content"] = {route.content_type: {"schema": {"type": "string"}}}
-        op["responses"][str(route.ok_status)] = ok
-        errors = dict(route.errors)
-        if route.query:  # QueryParam.read_int and the handlers' checks answer a bad one so
-            errors.setdefault(400, "a query parameter malformed or out of range")
-        if route.path not in OPEN_PATHS:
-            errors = {**EDGE_ERRORS, **errors}
-            if not needs_key(route.path):
-                errors.pop(401)
-            if route.method not in SAFE_METHODS:
-                errors = {**CHANGE_ERRORS, **errors}
-        if not needs_key(route.path):
-            op["security"] = []
-        for status, description in sorted(errors.items()):
-            op["responses"][str(status)] = {
-                "description": description,
-                "content": {"application/json": {"schema": error_schema}},
-            }
-        paths.setdefault(route.path, {})[route.method.lower()] = op
+        paths.setdefault(route.path, {})[route.method.lower()] = _operation(
+            route, schema_of, needs_key
+        )
     return {
         "openapi": "3.1.0",
         "info": {"title": "crawld", "version": __version__},

@@ -103,28 +103,7 @@ def routes(service: ExtractService) -> list[ApiRoute]:
         )
 
     async def status(request: Request) -> Response:
-        found = await service.get(request.path_params["id"])
-        if found is None:
-            return firecrawl_error(404, "Extract job not found")
-        record, row = found
-        status = STATUS.get(record.status, record.status)
-        completed = status == "completed" and row.result is not None
-        data: Any = _decode(row.result) if completed and row.result is not None else []
-        plan_sources = None
-        if completed and row.sources is not None and _shows_sources(row.plan):
-            plan_sources = _decode(row.sources)
-        return json(
-            ExtractStatus(
-                success=status != "failed",
-                status=status,
-                data=data,
-                error=record.error if status in ("failed", "cancelled") else None,
-                warning=row.warning if completed else None,
-                expiresAt=iso(record.expires_ms),
-                sources=plan_sources,
-                tokensUsed=row.tokens if completed else None,
-            )
-        )
+        return await _status(service, request)
 
     errors = {
         400: "Bad Request: unknown keys, invalid values or schema, enableWebSearch without a"
@@ -152,6 +131,32 @@ def routes(service: ExtractService) -> list[ApiRoute]:
                  response=ExtractStatus, path_params={"id": UUID_PARAM},
                  errors={404: "Extract job not found"}),
     ]  # fmt: skip
+
+
+async def _status(service: ExtractService, request: Request) -> Response:
+    """GET /v2/extract/{id} (and v1's): the job's status; `data` once completed."""
+    found = await service.get(request.path_params["id"])
+    if found is None:
+        return firecrawl_error(404, "Extract job not found")
+    record, row = found
+    status = STATUS.get(record.status, record.status)
+    completed = status == "completed" and row.result is not None
+    data: Any = _decode(row.result) if completed and row.result is not None else []
+    plan_sources = None
+    if completed and row.sources is not None and _shows_sources(row.plan):
+        plan_sources = _decode(row.sources)
+    return json(
+        ExtractStatus(
+            success=status != "failed",
+            status=status,
+            data=data,
+            error=record.error if status in ("failed", "cancelled") else None,
+            warning=row.warning if completed else None,
+            expiresAt=iso(record.expires_ms),
+            sources=plan_sources,
+            tokensUsed=row.tokens if completed else None,
+        )
+    )
 
 
 class _ShowSources(msgspec.Struct):

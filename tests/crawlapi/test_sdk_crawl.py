@@ -299,7 +299,7 @@ async def test_unknown_job_and_bad_requests(client: httpx.AsyncClient, site: Sit
     assert (body["success"], body["code"], body["error"]) == (False, "BAD_REQUEST", "Bad Request")
     assert [d["path"] for d in body["details"]] == ["$.bogus", "$.scrapeOptions.nope"]
     answer = await client.post("/v2/crawl", json={"url": site.url("/"), "prompt": "find docs"})
-    assert answer.status_code == 403 and "[llm] is not configured" in answer.text  # no [llm] here
+    assert answer.status_code == 501 and "[llm] is not configured" in answer.text  # no [llm] here
     answer = await client.post("/v2/crawl", json={"url": site.url("/"), "includePaths": ["(?=x)"]})
     assert answer.status_code == 400 and "includePaths[0]" in answer.text
     answer = await client.post("/v2/crawl", json={"url": "ftp://x"})
