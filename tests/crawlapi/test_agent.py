@@ -250,6 +250,9 @@ async def test_cancel_abandons_the_model_call_and_ends_cancelled(
         assert await sdk(fc.cancel_agent, job_id) is True
         done = await wait_agent(client, job_id)
     assert done["status"] == "cancelled" and done["error"].startswith("cancelled by a user")
+    with trio.fail_after(5):  # the run leaves the service just after the job's end is stored
+        while job_id in service.runs:
+            await trio.sleep(0.02)
     assert done["creditsUsed"] == 1 and job_id not in service.runs
     with pytest.raises(pydantic.ValidationError):  # firecrawl-py's literal lacks "cancelled"
         await sdk(fc.get_agent_status, job_id)
