@@ -155,11 +155,18 @@ async def test_three_instances_share_the_relay_and_take_over_a_killed_ones_sched
             now = int(time.time() * 1000)
             aids = await seed(db, sim, now, SONGS)
 
-            await held_by(db, "b", wait=30)
+            # b is frozen while it holds claims, then killed (its end counted from the freeze):
+            # a claim it finished between the read and the signal would leave nothing to take over
+            for _ in range(20):
+                await held_by(db, "b", wait=30)
+                killed_ms = int(time.time() * 1000)
+                procs["b"].send_signal(signal.SIGSTOP)
+                await trio.sleep(0.3)
+                if orphans := await held_by(db, "b"):
+                    break
+                procs["b"].send_signal(signal.SIGCONT)
             procs["b"].send_signal(signal.SIGKILL)
             await procs["b"].wait()
-            killed_ms = int(time.time() * 1000)
-            orphans = await held_by(db, "b")
             assert orphans  # killed holding claimed schedules
 
             # c is paused past its lease holding claims: a takes them over; c, woken, must
