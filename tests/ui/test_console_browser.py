@@ -27,7 +27,13 @@ from tests.ui.cdp import Browser, Page
 from tests.ui.conftest import ARTIFACTS, DAY_MS, KEY, StartDaemon, add_video, base_url, keyed
 
 PAGES = ["overview", "collector", "jobs", "tracker", "crawl", "monitors"]
-DOCS = {"console-overview", "console-video"}
+DOCS = {
+    "console-overview",
+    "console-video",
+    "console-monitors",
+    "console-monitor-diff",
+    "console-monitor-diff-split",
+}
 """The screenshots the console docs show (CRAWLD_UI_DOCS=1 copies them to docs/)."""
 HOSTILE = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 

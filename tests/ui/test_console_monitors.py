@@ -177,6 +177,11 @@ async def test_the_monitors_pages_in_a_browser(
     start_daemon: StartDaemon, site: SiteSim, chromium: Browser
 ) -> None:
     c = await checked_twice(await start(start_daemon), site)
+    async with client(c.daemon) as http:  # a second monitor, paused and never checked
+        body = {"name": "blog", "schedule": {"text": "every 15 minutes"},
+                "targets": [{"type": "crawl", "url": site.url("/")}]}  # fmt: skip
+        other = (await http.post("/v2/monitor", json=body)).json()["data"]["id"]
+        await http.patch(f"/v2/monitor/{other}", json={"status": "paused"})
     url = base_url(c.daemon) + "/ui"
     row = f"document.querySelector('[data-monitor={json.dumps(c.monitor_id)}]').parentElement"
     message = "document.getElementById('monitor-message')"
@@ -210,6 +215,7 @@ async def test_the_monitors_pages_in_a_browser(
         statuses = tab.js("[...document.querySelectorAll('[data-page-status]')]"
                           ".map(e => e.dataset.pageStatus)")  # fmt: skip
         assert sorted(statuses) == ["changed", "same"]
+        shot(tab, "console-monitor-check")
         tab.js("document.querySelector('a[data-diff]').click()")
         tab.wait("document.querySelector('table.diff')")
         tab.wait("document.getElementById('updated').textContent.includes('last updated')")

@@ -23,7 +23,7 @@ function fmtWhen(iso) {
 }
 
 function statusCell(status, attrs) {
-  return el("td", { class: STATUS_CLASS[status] || "", ...(attrs || {}) }, status || "–");
+  return el("td", { class: `status ${STATUS_CLASS[status] || ""}`, ...(attrs || {}) }, status || "–");
 }
 
 // "4 pages: 1 changed · 1 new · 2 same", each count a span the tests (and a stylesheet) can find
@@ -111,7 +111,7 @@ function monitorsPage(main) {
           el("td", { "data-monitor": m.id }, el("a", { href: `#/monitor/${m.id}` }, m.name)),
           el("td", {}, el("code", {}, scheduleText(m))),
           statusCell(m.currentCheckId ? "running" : m.status, { "data-status": m.status }),
-          el("td", { "data-next": m.nextRunAt || "" }, m.status === "paused" ? "paused" : fmtWhen(m.nextRunAt)),
+          el("td", { "data-next": m.nextRunAt || "" }, m.status === "paused" ? "–" : fmtWhen(m.nextRunAt)),
           el("td", {}, lastChecks(m)),
           el("td", {}, monitorActions(m, message))])));
     },
