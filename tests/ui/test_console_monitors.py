@@ -28,7 +28,7 @@ from tests.ui.test_console_browser import close, loaded, run, shot
 MONITORS = """
 [crawl]
 allow_cidrs = ["127.0.0.0/8"]
-page_timeout = "5s"
+page_timeout = "60s"
 [monitors]
 min_interval = "1m"
 """
@@ -44,7 +44,7 @@ def page(title: str, *paragraphs: str) -> tuple[bytes, str]:
 
 @pytest.fixture
 async def site(nursery: trio.Nursery) -> AsyncIterator[SiteSim]:
-    sim = SiteSim(pages=5)
+    sim = SiteSim(pages=5, slow_seconds=60)  # /slow: a check that runs until the test ends
     stop = trio.Event()
     await nursery.start(functools.partial(serve_site, sim, shutdown=stop))
     yield sim
@@ -182,6 +182,10 @@ async def test_the_monitors_pages_in_a_browser(
                 "targets": [{"type": "crawl", "url": site.url("/")}]}  # fmt: skip
         other = (await http.post("/v2/monitor", json=body)).json()["data"]["id"]
         await http.patch(f"/v2/monitor/{other}", json={"status": "paused"})
+        body = {"name": "slow", "schedule": {"text": "hourly"},
+                "targets": [{"type": "scrape", "urls": [site.url("/slow")]}]}  # fmt: skip
+        slow = (await http.post("/v2/monitor", json=body)).json()["data"]["id"]
+        running = (await http.post(f"/v2/monitor/{slow}/run", json={})).json()["data"]["id"]
     url = base_url(c.daemon) + "/ui"
     row = f"document.querySelector('[data-monitor={json.dumps(c.monitor_id)}]').parentElement"
     message = "document.getElementById('monitor-message')"
@@ -195,8 +199,18 @@ async def test_the_monitors_pages_in_a_browser(
         counts = tab.js(f"{row}.querySelector('li[data-check]').textContent")
         assert "2 pages: 1 changed · 1 same" in counts, counts
         assert "0 9 * * * (Europe/Paris)" in tab.js(f"{row}.textContent")
+        slow_row = f"document.querySelector('[data-monitor={json.dumps(slow)}]').parentElement"
+        assert tab.js(f"{slow_row}.querySelector('[data-status]').textContent") == "running"
         shot(tab, "console-monitors")
         assert tab.problems() == []
+
+        tab.js(f"{slow_row}.querySelector('[data-action=run]').click()")
+        tab.wait(f"{message}.textContent.includes('not started')")
+        assert tab.js(f"{message}.textContent") == (
+            "slow: not started. A check of this monitor is already running. See the running check."
+        )
+        link = tab.js(f"{message}.querySelector('a').getAttribute('href')")
+        assert link == f"#/check/{slow}/{running}"
 
         tab.js(f"{row}.querySelector('[data-action=pause]').click()")
         tab.wait(f"{row}.querySelector('[data-status]').dataset.status === 'paused'")

@@ -27,10 +27,10 @@ function statusCell(status, attrs) {
 }
 
 // "4 pages: 1 changed · 1 new · 2 same", each count a span the tests (and a stylesheet) can find
-function summaryNode(summary) {
+function summaryNode(summary, status) {
   const s = summary || {};
   const node = el("span", { class: "summary", "data-total": s.totalPages || 0 });
-  if (!s.totalPages) { node.append("no pages"); return node; }
+  if (!s.totalPages) { node.append(status === "running" || status === "queued" ? "no page yet" : "no pages"); return node; }
   node.append(`${fmtNum(s.totalPages)} pages: `);
   const shown = PAGE_STATUSES.filter((k) => s[k]);
   shown.forEach((k, i) => {
@@ -91,7 +91,7 @@ function lastChecks(m) {
   if (!m.checks.length) return el("span", { class: "muted" }, "no check yet");
   return el("ul", { class: "checks" }, m.checks.map((c) => el("li", { "data-check": c.id },
     el("a", { href: `#/check/${m.id}/${c.id}` }, fmtTime(isoMs(c.startedAt || c.scheduledFor))), " ",
-    el("span", { class: STATUS_CLASS[c.status] || "" }, c.status), " · ", summaryNode(c.summary))));
+    el("span", { class: STATUS_CLASS[c.status] || "" }, c.status), " · ", summaryNode(c.summary, c.status))));
 }
 
 function monitorsPage(main) {
@@ -152,7 +152,7 @@ function monitorPage(main, id) {
         list.data.map((c) => [
           el("td", {}, el("a", { href: `#/check/${m.id}/${c.id}` }, c.id.slice(0, 8))),
           fmtTime(isoMs(c.scheduledFor)), c.trigger, statusCell(c.status),
-          el("td", {}, summaryNode(c.summary), c.error ? el("div", { class: "error" }, c.error) : null),
+          el("td", {}, summaryNode(c.summary, c.status), c.error ? el("div", { class: "error" }, c.error) : null),
           fmtTime(isoMs(c.finishedAt))])));
     },
   };
@@ -189,7 +189,7 @@ function checkPage(main, id, checkId) {
           card("status", c.status, STATUS_CLASS[c.status]), card("trigger", c.trigger),
           card("scheduled", fmtTime(isoMs(c.scheduledFor))), card("started", fmtTime(isoMs(c.startedAt))),
           card("finished", fmtTime(isoMs(c.finishedAt)))),
-        el("p", {}, summaryNode(c.summary)), c.error ? el("p", { class: "error" }, c.error) : null);
+        el("p", {}, summaryNode(c.summary, c.status)), c.error ? el("p", { class: "error" }, c.error) : null);
       fill(pages, c.pages.length === 0 ? el("p", { class: "muted" }, "No page here (yet).") : table(
         ["page", "status", "HTTP", "judgment", "diff"],
         c.pages.map((p) => [
