@@ -4,19 +4,22 @@
 # the embedded queue (or RabbitMQ when one answers and --broker amqp is given). The Bilibili
 # simulator publishes videos into its newlist over time (one song close to 100k views), so the
 # tracker discovers, classifies and snapshots them right away. A generated web site and an
-# OpenAI-compatible model simulator serve the crawl API's json and summary formats ([llm]). The
-# demo's config is written to a file in the state directory, so `kill -HUP` reloads it like the
-# real thing.
+# OpenAI-compatible model simulator serve the crawl API's json and summary formats ([llm]); the
+# site's offer page changes its price every 90 s under a monitor that checks it every minute, so
+# the console's Monitors page has checks and diffs to show. The demo's config is written to a
+# file in the state directory, so `kill -HUP` reloads it like the real thing.
 # With $CRAWLD_API_KEY set, the demo's API asks for that key and the printed commands send it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import httpx
 import trio
 
 from daemon import settings
@@ -31,6 +34,9 @@ log = get_logger("demo")
 DAY_MS = 86_400_000
 KEY_ENV = "CRAWLD_API_KEY"
 """When set, the demo's API needs this key (as `crawld status` expects; /metrics stays open)."""
+MONITOR_NAME = "demo offer"
+REPRICE_S = 90.0
+"""How often the offer page's price changes (the demo monitor checks it every minute)."""
 
 CONFIG = """\
 # Written by `crawld demo`. Edit it and send SIGHUP (kill -HUP {pid}) to see a reload.
@@ -77,6 +83,9 @@ discovery_interval = "20s"
 [crawl]
 allow_cidrs = ["127.0.0.0/8"]     # the demo's web site runs on this machine
 
+[monitors]
+min_interval = "1m"               # the demo's monitor checks the offer page every minute
+
 [llm]                              # the model simulator (real ones: docs/how-to/llm-formats.md)
 base_url = "{llm}/v1"
 model = "crawld-sim-1"
@@ -110,6 +119,47 @@ async def _grow(sim: OctoparseSim, task_id: str, count: int, every: float) -> No
     while count > 0:
         await trio.sleep(every)
         sim.append_rows(task_id, count)
+
+
+def _offer(price: int) -> tuple[bytes, str]:
+    html = (f"<html><head><title>Offer</title></head><body><h1>Today's offer</h1>"
+            f"<p>Price: {price} EUR</p><p>Delivery in 3 days.</p></body></html>")  # fmt: skip
+    return html.encode(), "text/html"
+
+
+async def _reprice(site: SiteSim, every: float) -> None:
+    price = 10
+    while True:
+        site.files["/offer"] = _offer(price)
+        await trio.sleep(every)
+        price += 1
+
+
+async def _add_monitor(api: str, key: str | None, site: SiteSim) -> None:
+    """Once the API answers: the demo's monitor over the offer page and a tree page (unless one
+    of that name exists, from an earlier run on the same --state-dir), and a first check."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    urls = [site.url("/offer", host="127.0.0.1"), site.url("/pages/1", host="127.0.0.1")]
+    body = {"name": MONITOR_NAME, "schedule": {"cron": "* * * * *"},
+            "targets": [{"type": "scrape", "urls": urls}]}  # fmt: skip
+    async with httpx.AsyncClient(base_url=api, headers=headers, trust_env=False) as http:
+        with trio.move_on_after(60) as waited:
+            while True:
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await http.get("/v2/monitor")).status_code == 200:
+                        break
+                await trio.sleep(0.5)
+        if waited.cancelled_caught:
+            log.warning("demo monitor not created: /v2/monitor did not answer")
+            return
+        listed = (await http.get("/v2/monitor")).json()["data"]
+        if any(m["name"] == MONITOR_NAME for m in listed):
+            return
+        created = await http.post("/v2/monitor", json=body)
+        if created.status_code != 200:
+            log.warning("demo monitor not created", answer=created.text[:300])
+            return
+        await http.post(f"/v2/monitor/{created.json()['data']['id']}/run", json={})
 
 
 def _bilibili_sim(publish_every_s: float) -> bilibili.BilibiliSim:
@@ -184,6 +234,9 @@ async def run_demo(args: argparse.Namespace) -> int:
             bili=f"{bili_host}:{bili_port}", llm=f"{llm_host}:{llm_port}",
         )  # fmt: skip
         nursery.start_soon(_grow, sim, task_id, args.grow, args.grow_every)
+        nursery.start_soon(_reprice, site, REPRICE_S)
+        key = os.environ.get(KEY_ENV, "").strip() or None
+        nursery.start_soon(_add_monitor, f"http://{args.http}", key, site)
         started = time.monotonic()
         code = await run_daemon(cfg)
         log.info("demo finished", seconds=round(time.monotonic() - started, 1))
@@ -227,6 +280,8 @@ Try, in another terminal:
 "formats": ["summary", {{"type": "json", "schema": {{"type": "object",
 "properties": {{"title": {{"type": "string"}}}}}}}}]}}' | python3 -m json.tool   # LLM formats
   curl -s{auth} {api}/v2/team/token-usage | python3 -m json.tool   # tokens the model counted
+  curl -s{auth} {api}/v2/monitor | python3 -m json.tool   # "{MONITOR_NAME}": checks every minute
+Console: {api}/ui  (Monitors: the offer page's price changes every {REPRICE_S:g}s)
 Stop with Ctrl-C.
 """,
         file=sys.stderr,

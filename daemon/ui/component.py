@@ -1,6 +1,7 @@
 # The web console at /ui (issue 19): a page shell, its CSS and JS shipped in this package and
 # served by crawld (no build step, no outside origin), and the few JSON routes the JSON API has no
-# equivalent for (session, login, job list, video search, the decimated view curve). Everything
+# equivalent for (session, login, job list, video search, the decimated view curve, the monitors
+# with their last checks and a changed page's diff view: daemon/ui/monitors.py). Everything
 # else the page shows comes from the API's own routes (/status, /tasks, /tracker/…, /v2/crawl/…),
 # which the browser calls with its session cookie: one set of rules, one set of answers.
 #
@@ -33,6 +34,7 @@ from daemon.process import Daemon
 from daemon.redact import redact_tree
 from daemon.tracker.queries import TrackerQueries
 from daemon.ui import curve
+from daemon.ui import monitors as monitor_pages
 from daemon.ui.history import QueueHistory
 from daemon.ui.login_limit import LoginLimits
 from daemon.ui.sessions import Sessions, clear_cookie, cookie_value, set_cookie
@@ -51,6 +53,7 @@ SECURITY_HEADERS = {
 }
 STATIC = {
     "app.js": "text/javascript; charset=utf-8",
+    "monitors.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
     "index.html": "text/html; charset=utf-8",
 }
@@ -248,4 +251,5 @@ def routes(
         Route("/ui/api/queue", h.queue, methods=["GET"]),
         Route("/ui/api/videos", h.videos, methods=["GET"]),
         Route("/ui/api/videos/{aid}/curve", h.video_curve, methods=["GET"]),
+        *monitor_pages.routes(daemon, secured),
     ]

@@ -26,8 +26,14 @@ from tests.ui import conftest as ui
 from tests.ui.cdp import Browser, Page
 from tests.ui.conftest import ARTIFACTS, DAY_MS, KEY, StartDaemon, add_video, base_url, keyed
 
-PAGES = ["overview", "collector", "jobs", "tracker", "crawl"]
-DOCS = {"console-overview", "console-video"}
+PAGES = ["overview", "collector", "jobs", "tracker", "crawl", "monitors"]
+DOCS = {
+    "console-overview",
+    "console-video",
+    "console-monitors",
+    "console-monitor-diff",
+    "console-monitor-diff-split",
+}
 """The screenshots the console docs show (CRAWLD_UI_DOCS=1 copies them to docs/)."""
 HOSTILE = '<script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
 

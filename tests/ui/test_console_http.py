@@ -37,6 +37,9 @@ async def test_assets_are_served_with_a_strict_policy(start_daemon: StartDaemon)
         js = await http.get("/ui/static/app.js")
         assert js.headers["content-type"].startswith("text/javascript")
         assert ".innerHTML" not in js.text and "insertAdjacentHTML" not in js.text
+        assert '<script src="/ui/static/monitors.js"' in page.text
+        monitors = (await http.get("/ui/static/monitors.js")).text
+        assert ".innerHTML" not in monitors and "insertAdjacentHTML" not in monitors
         assert (await http.get("/ui/static/app.css")).status_code == 200
         assert (await http.get("/ui/static/../component.py")).status_code == 404
         assert (await http.get("/ui/static/index.html")).status_code == 404

@@ -242,6 +242,23 @@ class MonitorService:
         body["more"] = len(pages) > limit
         return body
 
+    async def page(self, monitor_id: str, check_id: str, n: int) -> dict[str, Any]:
+        """Page `n` of a check (its id is `{checkId}:{n}`); MonitorNotFound when the monitor,
+        the check or the page is unknown."""
+        row = await self._row(monitor_id)
+        key = _uuid(check_id)
+
+        def read(c: Conn) -> tuple[mstore.CheckRow | None, mstore.PageRow | None]:
+            found = None if key is None else mstore.get_check(c, key)
+            if found is None or found.monitor_id != row.id:
+                return None, None
+            return found, mstore.page(c, found.id, n)
+
+        found, page = await self.store.read(read)
+        if found is None or page is None:
+            raise MonitorNotFound(f"{check_id}:{n}")
+        return models.page_json(found.id, page)
+
     # -- scheduler -------------------------------------------------------------------------
 
     async def tick(self, now_ms: int) -> int:

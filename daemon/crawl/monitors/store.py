@@ -388,6 +388,14 @@ def pages(conn: Conn, check_id: str, skip: int, limit: int, status: str | None) 
     return [_page(r) for r in rows]
 
 
+def page(conn: Conn, check_id: str, n: int) -> PageRow | None:
+    """The check's done page number `n`, or None."""
+    row = conn.execute(
+        f"{_PAGE} WHERE check_id = ? AND n = ? AND state = 'done'", (check_id, n)
+    ).fetchone()
+    return None if row is None else _page(row)
+
+
 def status_counts(conn: Conn, check_id: str) -> tuple[list[str], int]:
     """The statuses of the check's done pages, and how many pages are still queued."""
     rows: list[Any] = conn.execute(

@@ -86,7 +86,7 @@ function card(label, value, cls) {
 // ---- API -----------------------------------------------------------------------------------
 
 class ApiError extends Error {
-  constructor(status, message) { super(message); this.status = status; }
+  constructor(status, message, data) { super(message); this.status = status; this.data = data; }
 }
 
 async function api(path, options) {
@@ -107,7 +107,7 @@ async function api(path, options) {
     let message = `${response.status}`;
     if (data && data.error) message += ` ${data.error}`;
     if (data && data.detail) message += `: ${typeof data.detail === "string" ? data.detail : JSON.stringify(data.detail)}`;
-    throw new ApiError(response.status, message);
+    throw new ApiError(response.status, message, data);
   }
   return data;
 }
@@ -614,21 +614,23 @@ function feedbackTable(items) {
 
 const PAGES = { overview: overviewPage, collector: collectorPage, jobs: jobsPage, job: jobPage,
   tracker: trackerPage, video: videoPage, crawl: crawlPage };
+// the navigation entry a page belongs to when it has none of its own (monitors.js adds its own)
+const NAV_OF = { job: "jobs", video: "tracker" };
 
 function route() {
   stopPolling();
   const parts = (location.hash || "#/overview").slice(2).split("/");
   const name = PAGES[parts[0]] ? parts[0] : "overview";
-  const arg = parts[1] ? decodeURIComponent(parts[1]) : null;
+  const args = parts.slice(1).map((p) => decodeURIComponent(p));
   const main = document.getElementById("main");
   fill(main);
-  const navName = name === "job" ? "jobs" : (name === "video" ? "tracker" : name);
+  const navName = NAV_OF[name] || name;
   for (const link of document.querySelectorAll("nav a")) {
     if (link.getAttribute("href") === `#/${navName}`) link.setAttribute("aria-current", "page");
     else link.removeAttribute("aria-current");
   }
   document.title = `crawld · ${name}`;
-  state.page = PAGES[name](main, arg);
+  state.page = PAGES[name](main, ...args);
   refresh();
 }
 
