@@ -18,6 +18,7 @@ from daemon.outbox import Outbox
 from daemon.store import Store, open_store
 from daemon.store.postgres import PostgresBackend
 from daemon.systemd import Notifier
+from tests import slowest
 from tests.pgschemas import SchemaPool
 
 if TYPE_CHECKING:
@@ -99,6 +100,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     pauses or the owner dies times instances against each other (and a broker test the broker),
     and beside the CPU-bound rest on a 2-core machine it would measure the load."""
     choice = os.environ.get("CRAWLD_TEST_CLUSTER")
+    items[:] = slowest.deal(items, [item.nodeid for item in items], slowest.workers())
     if choice not in ("skip", "only"):
         return
     root = Path(str(config.rootpath))
