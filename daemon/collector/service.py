@@ -247,6 +247,19 @@ class Collector:
         lease = running.crawler.lease
         return lease is not None and not lease.lost.is_set()
 
+    async def take_now(self, task_id: str) -> bool:
+        """Try at once for the lease of a task this instance lists but does not run (nobody
+        else holds it: its owner stopped or died), and wait for the crawler to serve under it:
+        a start asked here is then run here rather than left for nobody. False: it is held
+        elsewhere, or the crawler did not serve within CLAIM_WAIT_S."""
+        running = self.crawlers.get(task_id)
+        if running is None or self.cluster is None:
+            return self.owns(task_id)
+        with trio.move_on_after(CLAIM_WAIT_S):
+            if await self.cluster.try_now(lease_name(task_id)):
+                await running.serving.wait()
+        return self.owns(task_id)
+
     async def owner(self, task_id: str) -> str | None:
         """The instance running the task now (None: nobody holds its lease)."""
         if self.cluster is None:

@@ -325,3 +325,42 @@ async def test_rows_left_for_a_renamed_queue_are_reported_at_start(
         second.request_stop()
     [warning] = [r for r in caplog.records if "undelivered rows wait" in r.getMessage()]
     assert warning.ctx == {"stream": "queue:job_data", "rows": 120}  # type: ignore[attr-defined]
+
+
+@pytest.mark.postgres
+async def test_a_start_after_the_owner_left_runs_here_not_for_nobody(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pg_clean_schema: tuple[str, str]
+) -> None:
+    """Mid-life: the task's lease was another instance's, which died (its lease runs out and
+    this instance's cluster tick is far off, the lease being a minute). While it is held, a
+    start is left for that instance (202 naming it); once it has run out, a start takes the
+    lease then and there and answers with the job, never a 202 for no instance."""
+    dsn, schema = pg_clean_schema
+    monkeypatch.setenv("SIM_PW", DEMO_PASSWORD)
+    monkeypatch.setenv("CRAWLD_TEST_STORE_DSN", dsn)
+    store = (
+        f'[store]\nkind = "postgres"\ndsn_env = "CRAWLD_TEST_STORE_DSN"\nschema = "{schema}"\n'
+        '[cluster]\ninstance = "here"\nlease = "60s"\n'
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            f'INSERT INTO "{schema}".cluster_leases(name, holder, token, acquired_ms, expires_ms)'
+            " VALUES ('collector:alpha', 'gone', 1, 0,"
+            " (extract(epoch FROM clock_timestamp()) * 1000)::bigint + 4000)"
+        )
+    async with daemon_with_sim(tmp_path, store) as running:
+        start = running.url("/crawl/start")
+        held = await running.http.post(start, json={"task_id": "alpha"})
+        assert held.status_code == 202, held.text
+        assert held.json()["requested"] == [{"task_id": "alpha", "instance": "gone"}]
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while conn.execute(
+                f'SELECT holder FROM "{schema}".cluster_leases WHERE name = %s'
+                f' AND expires_ms >= "{schema}".crawld_now_ms()',
+                ("collector:alpha",),
+            ).fetchone():
+                await trio.sleep(0.05)
+        answer = await running.http.post(start, json={"task_id": "alpha"})
+        assert answer.status_code == 200, answer.text
+        [started] = answer.json()["started"]
+        assert started["task_id"] == "alpha" and started["job_id"]
