@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -209,3 +210,30 @@ async def test_unknown_targets_urls_and_recipients_are_400_and_create_nothing(
     patched = await client.patch(f"/v2/monitor/{monitor_id}", json={"notification": notification})
     assert patched.status_code == 400 and where in [d["path"] for d in patched.json()["details"]]
     assert (await client.get(f"/v2/monitor/{monitor_id}")).json()["data"]["notification"] is None
+
+
+async def test_the_api_document_follows_the_configured_relay_and_targets(
+    client: httpx.AsyncClient,
+) -> None:
+    spec = (await client.get("/openapi.json")).json()
+    node = spec["components"]["schemas"]["MonitorNotification"]
+    assert node["properties"]["targets"]["items"] == {"enum": ["ops"]}
+    assert node["properties"]["email"]["properties"]["enabled"] == {"type": "boolean"}
+
+
+async def test_a_reload_applies_new_targets_and_refuses_a_missing_secret(
+    daemon: Daemon, crawl_config: str, tmp_path: Path, client: httpx.AsyncClient, site: SiteSim,
+    rx: WebhookReceiver,
+) -> None:  # fmt: skip
+    body = {"name": "m", "schedule": {"text": "hourly"}, "notification": {"targets": ["chat"]},
+            "targets": [{"type": "scrape", "urls": [site.url("/a")]}]}  # fmt: skip
+    assert (await client.post("/v2/monitor", json=body)).status_code == 400
+    config = tmp_path / "crawld.toml"
+    config.write_text(crawl_config + '[[monitors.notification_targets]]\nname = "chat"\n'
+                      'url_env = "CRAWLD_TEST_UNSET_VARIABLE"\n')  # fmt: skip
+    assert not await daemon.reload()  # its secret is missing: nothing changes
+    assert (await client.post("/v2/monitor", json=body)).status_code == 400
+    config.write_text(crawl_config + '[[monitors.notification_targets]]\nname = "chat"\n'
+                      f'url = "json://{rx.netloc}/chat"\n')  # fmt: skip
+    assert await daemon.reload()
+    assert (await client.post("/v2/monitor", json=body)).status_code == 200

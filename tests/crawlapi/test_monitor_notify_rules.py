@@ -103,6 +103,9 @@ def test_the_message_names_monitor_check_counts_urls_and_diff_excerpt() -> None:
                  "new: http://shop.test/new", "-Price: 10 EUR", "+Price: 12 EUR",
                  "judged meaningful (high): the price rose", "/v2/monitor/m1/checks/c1"):  # fmt: skip
         assert text in message.text, text
+    broken = notify.render(name="a\r\nBcc: x@y.z", monitor_id="m", check_id="c",
+                           status="completed", summary=summary, pages=pages, diffs=False)  # fmt: skip
+    assert broken.subject == "[crawld] a Bcc: x@y.z: 1 changed, 1 new"
     assert "+++ b" not in message.text and " context" not in message.text
     assert max(len(line) for line in message.text.splitlines()) <= notify.LINE_CHARS + 3
     plain = notify.render(name="prices", monitor_id="m1", check_id="c1", status="completed",
@@ -186,3 +189,21 @@ async def test_a_row_is_claimed_once_and_only_its_claim_writes_the_outcome(store
     assert await store.read(lambda c: nstore.states(c, ["k1", "k2"])) == {"k1": {"email": "sent"}}
     await store.write(lambda c: nstore.insert(c, "k1", "m1", "email", b"{}", 2000))
     assert await store.read(nstore.pending_count) == 0  # recorded once per check and channel
+
+
+@pytest.mark.parametrize("smtp_ready", [False, True])
+@pytest.mark.parametrize(
+    "raw",
+    [None, {}, {"email": None}, {"email": {"enabled": False}},
+     {"email": {"enabled": True, "recipients": ["a@example.com"], "includeDiffs": True}},
+     {"email": {"enabled": True}}, {"email": {"enabled": True, "recipients": ["nope"]}},
+     {"email": {"enabled": 1}}, {"email": {"cc": []}}, {"targets": ["ops"]},
+     {"targets": ["ops", "nope"]}, {"targets": None}, {"slack": True}, []],
+)  # fmt: skip
+def test_the_documented_schema_takes_what_the_rules_take(raw: Any, smtp_ready: bool) -> None:
+    import jsonschema
+
+    (document,) = notify.schema(smtp_ready=smtp_ready, targets=["ops"]).values()
+    refused = list(jsonschema.Draft202012Validator(document).iter_errors(raw))
+    _, problems = notify.parse(raw, smtp_ready=smtp_ready, targets=frozenset({"ops"}))
+    assert bool(refused) == bool(problems), (refused, problems)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +29,8 @@ from daemon.store import DB_ERRORS, Conn, Store, StoreClosed, wake
 log = get_logger("monitors")
 
 POLL_S = 5.0
-"""The longest the deliverer waits between two looks when nothing wakes it."""
+"""The longest the deliverer waits between two looks when other processes share the store (a
+wake-up from one of them may be lost)."""
 PAGES_READ = 1000
 """Notable pages of one check read to build its message (the counts come from the summary)."""
 _decode_message = msgspec.json.Decoder(notify.Message).decode
@@ -104,7 +106,9 @@ class Notifier:
             while True:
                 woken = self.store.wakeups.event(wake.APPENDED, nstore.WAKE_KEY)
                 done = self._done
-                wait = POLL_S
+                # Alone on its store (SQLite) every new row wakes it: it looks only when woken or
+                # when a retry (or a claim of a process that died) comes due.
+                wait = POLL_S if self.store.wakeups.safety_s is not None else math.inf
                 try:
                     await self._claim_due(nursery)
                     earliest = await self.store.read(nstore.earliest)
@@ -150,10 +154,16 @@ class Notifier:
         senders = self.senders
         message_id = f"<{row.check_id}.{row.channel.replace(':', '.')}@crawld>"
         with trio.move_on_after(float(self.config.notify_timeout) + 5):
-            return await trio.to_thread.run_sync(
-                senders.send, row.channel, message, message_id,
-                abandon_on_cancel=True, limiter=self._limiter,
-            )  # fmt: skip
+            try:
+                return await trio.to_thread.run_sync(
+                    senders.send, row.channel, message, message_id,
+                    abandon_on_cancel=True, limiter=self._limiter,
+                )  # fmt: skip
+            except Exception as exc:  # a bug fails this notification, not the deliverer
+                log.error("monitor notification could not be built or sent", check=row.check_id,
+                          channel=row.channel, error=type(exc).__name__)  # fmt: skip
+                return Outcome(ok=False, error=f"internal error: {type(exc).__name__}",
+                               retry=False)  # fmt: skip
         return Outcome(ok=False, error="timed out")
 
     async def _keep(self, row: nstore.NotificationRow, held_until: int, outcome: Outcome) -> None:

@@ -9,6 +9,7 @@
 # trio task that records and delivers.
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,6 +30,8 @@ MAX_TEXT = 64 * 1024
 NO_EMAIL = ("email notifications need an SMTP relay, which this crawld has not configured"
             " ([monitors.smtp]); use a webhook or notification.targets")  # fmt: skip
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+"""What a subject line may not hold (a header would break on a line feed)."""
 NOTIFICATION_KEYS = frozenset({"email", "targets"})
 EMAIL_KEYS = frozenset({"enabled", "recipients", "includeDiffs"})
 
@@ -129,6 +132,34 @@ def parse(raw: Any, *, smtp_ready: bool, targets: frozenset[str],
     return out, problems
 
 
+def schema(*, smtp_ready: bool, targets: Sequence[str]) -> dict[str, Any]:
+    """`notification` as this deployment takes it, for /openapi.json: email only with a relay
+    (and then with recipients), targets by the configured names (none configured: none)."""
+    address = {"type": "string", "maxLength": 254, "pattern": ADDRESS.pattern}
+    email: dict[str, Any] = {
+        "type": ["object", "null"], "additionalProperties": False,
+        "properties": {
+            "enabled": {"type": "boolean"} if smtp_ready else {"enum": [False]},
+            "recipients": {"type": "array", "maxItems": MAX_RECIPIENTS, "items": address},
+            "includeDiffs": {"type": "boolean"},
+        },
+    }  # fmt: skip
+    if smtp_ready:
+        email["if"] = {"type": "object", "required": ["enabled"],
+                       "properties": {"enabled": {"const": True}}}  # fmt: skip
+        email["then"] = {"required": ["recipients"], "properties": {"recipients": {"minItems": 1}}}
+    names: dict[str, Any] = {"enum": list(targets)} if targets else {"not": {}}
+    return {"MonitorNotification": {
+        "type": ["object", "null"], "additionalProperties": False,
+        "properties": {
+            "email": email,
+            "targets": {"type": ["array", "null"], "maxItems": MAX_TARGETS, "items": names},
+        },
+        "description": "email needs [monitors.smtp] (and may be limited to its"
+        " allowed_recipients); targets are names from [[monitors.notification_targets]]",
+    }}  # fmt: skip
+
+
 def channels(notification: dict[str, Any] | None) -> list[str]:
     """The channels a monitor with this (normalised) `notification` notifies."""
     if not notification:
@@ -185,7 +216,7 @@ def render(*, name: str, monitor_id: str, check_id: str, status: str, summary: d
            ) -> Message:  # fmt: skip
     """The message of a check: its monitor, id, counts, the told pages' URLs (the first
     MAX_PAGES_LISTED) and, with `diffs`, a short excerpt of each changed page's diff."""
-    subject = f"[crawld] {name}: {_counts(summary)}"
+    subject = _CONTROL.sub(" ", f"[crawld] {name}: {_counts(summary)}")
     lines = [
         f"Monitor: {name} ({monitor_id})",
         f"Check: {check_id} ({status})",
