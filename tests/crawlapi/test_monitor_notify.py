@@ -24,6 +24,7 @@ from daemon.app import Daemon
 from daemon.fakes.receiver import WebhookReceiver
 from daemon.fakes.site import SiteSim
 from daemon.fakes.smtp import FakeSmtp, open_smtp
+from tests.conftest import unlabelled
 from tests.crawlapi.conftest import CONFIG
 from tests.crawlapi.test_monitors import finished, page
 
@@ -151,6 +152,8 @@ async def test_email_and_target_tell_a_changed_page_once_and_keep_secrets(
     for text in answers:
         assert PASSWORD not in text and TOKEN not in text
     assert "monitor notification sent" in logged(caplog)
+    metrics = unlabelled((await client.get("/metrics")).text)
+    assert 'crawld_monitor_notifications_total{kind="target",outcome="sent"}' in metrics
 
 
 async def test_a_receiver_down_then_up_gets_it_once_and_one_that_stays_down_fails(

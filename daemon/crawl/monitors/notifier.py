@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 import trio
+from prometheus_client import Counter
 
 from daemon.crawl.monitors import models, notify
 from daemon.crawl.monitors import notify_store as nstore
@@ -24,6 +25,7 @@ from daemon.crawl.monitors import store as mstore
 from daemon.crawl.monitors.config import MonitorConfig
 from daemon.crawl.monitors.senders import Outcome, Senders
 from daemon.logs import get_logger
+from daemon.metrics import REGISTRY
 from daemon.store import DB_ERRORS, Conn, Store, StoreClosed, wake
 
 log = get_logger("monitors")
@@ -34,6 +36,14 @@ wake-up from one of them may be lost)."""
 PAGES_READ = 1000
 """Notable pages of one check read to build its message (the counts come from the summary)."""
 _decode_message = msgspec.json.Decoder(notify.Message).decode
+
+monitor_notifications = Counter(
+    "crawld_monitor_notifications",
+    "Monitor notification attempts by channel kind (email, target) and outcome (sent, retried,"
+    " failed)",
+    ["kind", "outcome"],
+    registry=REGISTRY,
+)
 _STORE_FAILURES: tuple[type[BaseException], ...] = (*DB_ERRORS, StoreClosed)
 
 
@@ -73,6 +83,12 @@ def record(conn: Conn, spec: models.MonitorSpec, *, monitor_id: str, check_id: s
     return len(wanted)
 
 
+def _senders(config: MonitorConfig) -> Senders:
+    """The configured destinations; none while monitors are off (their secrets unread, as
+    check_secrets leaves them)."""
+    return Senders(config if config.enabled else MonitorConfig(enabled=False))
+
+
 class Notifier:
     """Delivers recorded notifications until cancelled (see the module comment)."""
 
@@ -80,7 +96,7 @@ class Notifier:
         self.store = store
         self.clock_ms = clock_ms
         self.config = config
-        self.senders = Senders(config)
+        self.senders = _senders(config)
         self._limiter = trio.CapacityLimiter(config.notify_concurrency)
         self._in_flight: set[tuple[str, str]] = set()
         self._done = trio.Event()
@@ -92,7 +108,7 @@ class Notifier:
 
     def configure(self, config: MonitorConfig) -> None:
         """New [monitors] settings (secrets read again; ConfigError leaves the old ones)."""
-        senders = Senders(config)
+        senders = _senders(config)
         self.config, self.senders = config, senders
         self._limiter.total_tokens = config.notify_concurrency
 
@@ -183,6 +199,9 @@ class Notifier:
         if not kept:
             return  # deleted (retention, the monitor) or claimed again after a long pause
         channel = row.channel
+        kind = "email" if channel == notify.EMAIL else "target"
+        said = "sent" if outcome.ok else "retried" if state == "pending" else "failed"
+        monitor_notifications.labels(kind, said).inc()
         if outcome.ok:
             self.sent += 1
             log.info("monitor notification sent", check=row.check_id, channel=channel,

@@ -101,14 +101,3 @@ def states(conn: Conn, check_ids: list[str]) -> dict[str, dict[str, str]]:
         for check_id, channel, state in rows:
             found.setdefault(str(check_id), {})[str(channel)] = str(state)
     return found
-
-
-def get(conn: Conn, check_id: str, channel: str) -> NotificationRow | None:
-    row = conn.execute(f"{_SELECT} WHERE check_id = ? AND channel = ?",
-                       (check_id, channel)).fetchone()  # fmt: skip
-    return None if row is None else _row(row)
-
-
-def pending_count(conn: Conn) -> int:
-    (n,) = one(conn, "SELECT count(*) FROM monitor_notifications WHERE state = 'pending'")
-    return int(n)
