@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from daemon.store import Conn, one, wake
+from daemon.store import Conn, in_list, one, wake
 
 WAKE_KEY = "monitor-notifications"
 """The key of the store wake-up (channel APPENDED) a new or retried row fires."""
@@ -90,12 +90,13 @@ def outcome(conn: Conn, row: NotificationRow, held_until_ms: int, *, state: str,
 def states(conn: Conn, check_ids: list[str]) -> dict[str, dict[str, str]]:
     """{check id: {channel: state}} of the given checks."""
     found: dict[str, dict[str, str]] = {}
+    if not check_ids:
+        return found
     for start in range(0, len(check_ids), 100):
         chunk = check_ids[start : start + 100]
-        marks = ", ".join("?" * len(chunk))
         rows: list[Any] = conn.execute(
             "SELECT check_id, channel, state FROM monitor_notifications"
-            f" WHERE check_id IN ({marks})",
+            f" WHERE check_id IN {in_list(len(chunk))}",
             tuple(chunk),
         ).fetchall()
         for check_id, channel, state in rows:
