@@ -391,16 +391,6 @@ def pages(conn: Conn, check_id: str, skip: int, limit: int, status: str | None) 
     return [_page(r) for r in rows]
 
 
-def notable_pages(conn: Conn, check_id: str, limit: int) -> list[PageRow]:
-    """Done pages of a check that a notification may tell (changed, new, removed, error)."""
-    rows: list[Any] = conn.execute(
-        f"{_PAGE} WHERE check_id = ? AND state = 'done'"
-        " AND status IN ('changed', 'new', 'removed', 'error') ORDER BY n LIMIT ?",
-        (check_id, limit),
-    ).fetchall()
-    return [_page(r) for r in rows]
-
-
 def status_counts(conn: Conn, check_id: str) -> tuple[list[str], int]:
     """The statuses of the check's done pages, and how many pages are still queued."""
     rows: list[Any] = conn.execute(
@@ -416,6 +406,16 @@ def status_counts(conn: Conn, check_id: str) -> tuple[list[str], int]:
         else:
             statuses += [str(status)] * int(count)
     return statuses, queued
+
+
+def notable_pages(conn: Conn, check_id: str, limit: int) -> list[PageRow]:
+    """Done pages of a check that a notification may tell (changed, new, removed, error)."""
+    rows: list[Any] = conn.execute(
+        f"{_PAGE} WHERE check_id = ? AND state = 'done'"
+        " AND status IN ('changed', 'new', 'removed', 'error') ORDER BY n LIMIT ?",
+        (check_id, limit),
+    ).fetchall()
+    return [_page(r) for r in rows]
 
 
 # -- snapshots ---------------------------------------------------------------------------------
