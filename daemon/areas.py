@@ -32,5 +32,6 @@ def check_secrets(cfg: Config) -> None:
         jobs.check_secrets,
         collector.check_secrets,
         llm.check_secrets,
+        crawl.check_secrets,
     ):
         check(cfg)

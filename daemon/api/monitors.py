@@ -16,10 +16,12 @@ from daemon.api.app import UUID_PARAM, ApiRoute, QueryParam, int_param, json, pu
 from daemon.api.crawl import bad_request, firecrawl_error, request_body
 from daemon.config import WebhookSpec
 from daemon.crawl.monitors import models as monitors
+from daemon.crawl.monitors import notify
 from daemon.crawl.monitors.service import MonitorNotFound, MonitorService, RunRefused
 from daemon.crawl.options.models import CrawlRequest, PathPatterns, ScrapeOptions
 from daemon.crawl.options.schemas import NOT_BLANK, HttpUrl, body_model, borrowed, with_schema
 from daemon.crawl.problems import BadRequest, json_object
+from daemon.jsonvalues import deployment_schema
 
 LIMIT = int_param("limit", "Most items in this answer", 1, 1000)
 OFFSET = int_param("offset", "Items to skip", 0, 2**31)
@@ -87,10 +89,6 @@ ONE_SCHEDULE = {"oneOf": [
     {"required": ["cron"], "properties": {"cron": {"type": "string"}, "text": {"type": "null"}}},
     {"required": ["text"], "properties": {"text": {"type": "string"}, "cron": {"type": "null"}}},
 ]}  # fmt: skip
-_NOTIFICATION = {"properties": {"email": {"anyOf": [
-    {"not": {"type": "object"}},
-    {"properties": {"enabled": {"enum": [False, None, 0, ""]}}},
-]}}, "description": "email notifications are refused (use a webhook)"}  # fmt: skip
 _WEBHOOK = {"properties": {"events": {"items": {"enum": list(monitors.EVENTS)}}}}
 Targets = Annotated[
     list[ScrapeTarget | CrawlTarget | SearchTarget],
@@ -106,7 +104,9 @@ class MonitorFields(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     schedule: Annotated[Schedule, Meta(extra_json_schema=ONE_SCHEDULE)]
     targets: Targets
     webhook: Annotated[WebhookSpec | None, Meta(extra_json_schema=_WEBHOOK)] = None
-    notification: Annotated[dict[str, Any] | None, Meta(extra_json_schema=_NOTIFICATION)] = None
+    notification: Annotated[
+        dict[str, Any] | None, Meta(extra_json_schema=deployment_schema("MonitorNotification"))
+    ] = None
     retentionDays: Annotated[int, Meta(ge=1, le=monitors.MAX_RETENTION_DAYS)] | None = None
     goal: Annotated[str, Meta(max_length=2000)] | None = None
     judgeEnabled: bool | None = None
@@ -249,16 +249,23 @@ def _handlers(service: MonitorService) -> dict[str, Any]:
 
 def routes(service: MonitorService) -> list[ApiRoute]:
     h = _handlers(service)
+
+    def schemas() -> dict[str, Any]:
+        config = service.config
+        return notify.schema(smtp_ready=config.smtp is not None,
+                             targets=sorted(config.target_names()))  # fmt: skip
+
     one = {"id": UUID_PARAM}
     both = {"id": UUID_PARAM, "checkId": UUID_PARAM}
     return [
         ApiRoute("POST", "/v2/monitor", h["create"],
                  "Create a monitor: a schedule and targets whose pages each check compares with"
                  " their previous snapshot (same, new, changed, removed, error)",
-                 body=MonitorBody, body_required=True, response=MonitorAnswer,
+                 body=MonitorBody, body_required=True, response=MonitorAnswer, deployment=schemas,
                  errors={400: "Bad Request: the field named (schedule below [monitors]"
                               " min_interval, unknown time zone, 0 or more than 50 targets, bad"
-                              " target options, search targets, email notifications)"}),
+                              " target options, search targets, a notification this crawld"
+                              " cannot send)"}),
         ApiRoute("GET", "/v2/monitor", h["list"], "The monitors, newest first",
                  response=MonitorList, query=[LIMIT, OFFSET], errors={400: "Bad Request"}),
         ApiRoute("GET", "/v2/monitor/{id}", h["get"], "A monitor", response=MonitorAnswer,
@@ -266,6 +273,7 @@ def routes(service: MonitorService) -> list[ApiRoute]:
         ApiRoute("PATCH", "/v2/monitor/{id}", h["update"],
                  "Change a monitor (given fields replace the stored ones; `status` active or"
                  " paused)", body=MonitorPatch, response=MonitorAnswer, path_params=one,
+                 deployment=schemas,
                  errors={400: "Bad Request: as POST /v2/monitor", 404: "Monitor not found"}),
         ApiRoute("DELETE", "/v2/monitor/{id}", h["delete"],
                  "Delete a monitor with its checks and snapshots", response=Deleted,

@@ -125,6 +125,15 @@ def install(daemon: Daemon) -> None:
     daemon.reload_hooks.append(on_reload)
 
 
+def check_secrets(cfg: Config) -> None:
+    """The monitors' notification secrets: the SMTP relay's password and every target's URL
+    (ConfigError naming the key path; a value is never shown)."""
+    if cfg.crawl.enabled and cfg.monitors.enabled:
+        from daemon.crawl.monitors.senders import Senders
+
+        Senders(cfg.monitors)
+
+
 def _install_feedback(daemon: Daemon) -> None:
     """/v2/feedback and search feedback: its service (stored rows only) and its routes."""
     from daemon.api import feedback as feedback_api
@@ -155,7 +164,7 @@ def _install_monitors(
             await trio.sleep_forever()
 
     async def on_reload(old: Config, new: Config, change: ConfigDiff) -> None:
-        if "monitor" in change.sections_changed:
+        if "monitors" in change.sections_changed:
             monitors.configure(new.monitors)
 
     daemon.add_component("monitors", run_monitors)

@@ -54,6 +54,7 @@ COPY_ORDER = (
     "monitor_checks",
     "monitor_pages",
     "monitor_snapshots",
+    "monitor_notifications",
     "feedback",
 )
 """Every copied table, parents before children (foreign keys hold at each insert)."""

@@ -112,6 +112,9 @@ async def test_without_llm_search_or_browser_the_document_says_so(
         spec = (await http.get("/openapi.json")).json()
     assert not formats(spec) & {"json", "summary", "screenshot"}
     assert spec["components"]["schemas"]["ScrapeActions"]["maxItems"] == 0
+    notification = spec["components"]["schemas"]["MonitorNotification"]["properties"]
+    assert notification["email"]["properties"]["enabled"] == {"enum": [False]}  # no relay
+    assert notification["targets"]["items"] == {"not": {}}  # no targets configured
     extract = body_validator(spec, "post", "/v2/extract")
     assert list(extract.iter_errors({"prompt": "find x"}))  # urls needed: no [search]
     assert not list(extract.iter_errors({"urls": [PAGE]}))

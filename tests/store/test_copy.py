@@ -108,6 +108,8 @@ def fill(conn: Any) -> None:
                  " VALUES ('k1', 1, 't', 'a/', 'http://a/', 'done', 1)")  # fmt: skip
     conn.execute("INSERT INTO monitor_snapshots VALUES ('m1', 't', 'a/', 'http://a/', 's', '# A',"
                  " 0, 1)")  # fmt: skip
+    conn.execute("INSERT INTO monitor_notifications VALUES ('k1', 'email', 'm1', 'sent', 1, 1,"
+                 " X'7B7D', NULL, 1, 1)")  # fmt: skip
     conn.execute("INSERT INTO feedback VALUES ('f1', 'search', 's1', 'good', X'7B7D', 1)")
 
 

@@ -6,7 +6,8 @@
 # key so a resumed check finds the same crawl) whose documents become pages the same way. A kill
 # -9 loses only pages not committed yet, which the resumed run (same check id) does again; a
 # page committed is never counted or announced twice (one row per (check, target, URL)). The
-# check ends with `monitor.check.completed` (the jobs part's terminal event), then its row.
+# check ends with `monitor.check.completed` (the jobs part's terminal event), then its row, in
+# whose transaction its notifications are recorded (notifier.py).
 from __future__ import annotations
 
 import contextlib
@@ -21,7 +22,7 @@ from daemon.cluster import Lease, LeaseLost, fenced
 from daemon.cluster import store as cluster_store
 from daemon.crawl.fetching.fetch import FetchError
 from daemon.crawl.fetching.urls import dedupe_key
-from daemon.crawl.monitors import compare, models
+from daemon.crawl.monitors import compare, models, notifier
 from daemon.crawl.monitors import store as mstore
 from daemon.crawl.search.service import MAX_QUERY
 from daemon.jobs.store import JobFinished, JobNotFound
@@ -461,6 +462,8 @@ class CheckRun:
             fenced.check(conn, self.lease)
             if not mstore.finish_check(conn, self.job_id, status, counts, error, at):
                 return False
+            notifier.record(conn, self.spec, monitor_id=self.row.monitor_id, check_id=self.job_id,
+                            status=status, summary=counts, at_ms=at)  # fmt: skip
             mstore.release(conn, self.row.monitor_id, self.job_id, counts)
             mstore.purge_checks(conn, self.row.monitor_id, at - keep_days * 86_400_000, 100)
             return True

@@ -2,9 +2,9 @@
 # definition) is checked whole and every problem named by its field path, Firecrawl's 400: the
 # schedule (cron or Firecrawl's text forms, an IANA zone, no more often than [monitors]
 # min_interval), 1..50 targets whose options are checked by the same readers as /v2/scrape and
-# /v2/crawl, the webhook by the jobs part's rules. The stored definition (MonitorSpec) keeps the
-# schedule normalised to cron and every target with an id; the answers are built from it in
-# Firecrawl's shapes, with every field firecrawl-py 4.55 requires.
+# /v2/crawl, the webhook by the jobs part's rules, the notification by notify.py's. The stored
+# definition (MonitorSpec) keeps the schedule normalised to cron and every target with an id; the
+# answers are built from it in Firecrawl's shapes, with every field firecrawl-py 4.55 requires.
 from __future__ import annotations
 
 import uuid
@@ -14,7 +14,8 @@ import msgspec
 
 from daemon.config import WebhookSpec
 from daemon.crawl.fetching.urls import compile_paths
-from daemon.crawl.monitors import schedule
+from daemon.crawl.monitors import notify, schedule
+from daemon.crawl.monitors.config import SmtpConfig
 from daemon.crawl.options.llm_formats import LlmCheck
 from daemon.crawl.options.models import CrawlPlan, ScrapeRequest, parse_crawl, parse_scrape
 from daemon.crawl.options.scrape_options import SCRAPE_KEYS
@@ -46,7 +47,6 @@ MAX_QUERIES = 10
 MAX_RESULTS = 50
 NO_SEARCH = "a search target needs a search provider ([search] base_url)"
 NEEDS_GOAL = "a search target needs a `goal` (or judgeEnabled false)"
-NO_EMAIL = "email notifications are not supported by this crawld; use a webhook"
 
 
 class MonitorSpec(msgspec.Struct, kw_only=True):
@@ -289,8 +289,11 @@ def _webhook(raw: Any) -> tuple[dict[str, Any] | None, list[Problem]]:
 
 def validate(raw: dict[str, Any], *, monitor_id: str, min_interval_ms: int, now_ms: int,
              browser: bool, default_limit: int, search: bool = False,
-             llm: LlmCheck | None = None, update: bool = False) -> MonitorSpec:  # fmt: skip
-    """The request's monitor definition; BadRequest naming every field that is wrong."""
+             llm: LlmCheck | None = None, update: bool = False, smtp: SmtpConfig | None = None,
+             notify_targets: frozenset[str] = frozenset()) -> MonitorSpec:  # fmt: skip
+    """The request's monitor definition; BadRequest naming every field that is wrong. `smtp`
+    (the relay) and `notify_targets` (the configured targets' names) decide which
+    `notification` is accepted."""
     keys = UPDATE_KEYS if update else CREATE_KEYS
     problems = [problem(f"$.{k}"[:200], "unrecognized key") for k in sorted(raw) if k not in keys]
     name = raw.get("name")
@@ -313,11 +316,11 @@ def validate(raw: dict[str, Any], *, monitor_id: str, min_interval_ms: int, now_
                 targets.append(target)
     webhook, more = _webhook(raw.get("webhook"))
     problems += more
-    notification = raw.get("notification")
-    if notification is not None:
-        email = notification.get("email") if isinstance(notification, dict) else None
-        if not isinstance(notification, dict) or (isinstance(email, dict) and email.get("enabled")):
-            problems.append(problem("$.notification.email.enabled", NO_EMAIL))
+    notification, more = notify.parse(
+        raw.get("notification"), smtp_ready=smtp is not None, targets=notify_targets,
+        allows=smtp.allows if smtp is not None else lambda _: True,
+    )  # fmt: skip
+    problems += more
     retention = raw.get("retentionDays", DEFAULT_RETENTION_DAYS)
     if retention is None:
         retention = DEFAULT_RETENTION_DAYS
@@ -389,8 +392,11 @@ def monitor_json(row: Any, spec: MonitorSpec) -> dict[str, Any]:
 EMPTY_SUMMARY = {"totalPages": 0, "same": 0, "changed": 0, "new": 0, "removed": 0, "error": 0}
 
 
-def check_json(row: Any) -> dict[str, Any]:
-    """A check as Firecrawl answers it (`row` a store.CheckRow)."""
+def check_json(row: Any, notified: dict[str, str] | None = None) -> dict[str, Any]:
+    """A check as Firecrawl answers it (`row` a store.CheckRow; `notified` its notifications'
+    states by channel)."""
+    notification = decode_spec(row.spec).notification
+    finished = row.status not in ("queued", "running")
     return {
         "id": row.id, "monitorId": row.monitor_id, "status": row.status, "trigger": row.trigger,
         "scheduledFor": _iso(row.scheduled_ms), "startedAt": _iso(row.started_ms),
@@ -398,7 +404,8 @@ def check_json(row: Any) -> dict[str, Any]:
         "billingStatus": "not_applicable",
         "summary": EMPTY_SUMMARY if row.summary is None else decode_any(row.summary),
         "targetResults": None if row.target_results is None else decode_any(row.target_results),
-        "notificationStatus": None, "error": row.error,
+        "notificationStatus": notify.status_json(notification, notified or {}, finished),
+        "error": row.error,
         "createdAt": iso_ms(row.created_ms), "updatedAt": iso_ms(row.updated_ms),
     }  # fmt: skip
 

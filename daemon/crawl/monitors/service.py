@@ -5,7 +5,8 @@
 # the same transaction that creates the check (a `jobs` row of kind monitor, which carries the
 # check's webhook events), so across a cluster one instance creates each check and a restart
 # after downtime creates one catch-up check per monitor, not one per missed time. A due monitor
-# whose previous check still runs gets a `skipped_overlap` check instead.
+# whose previous check still runs gets a `skipped_overlap` check instead. A finished check's
+# notifications are recorded with its end and sent by the Notifier (notifier.py).
 from __future__ import annotations
 
 import contextlib
@@ -20,9 +21,11 @@ from daemon.cluster import Cluster
 from daemon.config import WebhookSpec
 from daemon.crawl.extract.service import Llm
 from daemon.crawl.monitors import models, schedule
+from daemon.crawl.monitors import notify_store as nstore
 from daemon.crawl.monitors import store as mstore
 from daemon.crawl.monitors.check import CheckRun, monitor_checks
 from daemon.crawl.monitors.config import MonitorConfig
+from daemon.crawl.monitors.notifier import Notifier
 from daemon.crawl.problems import BadRequest
 from daemon.crawl.runs.runs import Runs
 from daemon.crawl.runs.service import CrawlService
@@ -84,8 +87,10 @@ class MonitorService:
         self.runs = self._runs.by_id
         self._changed = trio.Event()
         self.checks_created = 0
+        self.notifier = Notifier(self.store, config, clock_ms)
 
     def configure(self, config: MonitorConfig) -> None:
+        self.notifier.configure(config)
         self.config = config
         self._changed.set()
 
@@ -100,6 +105,7 @@ class MonitorService:
             now_ms=self.clock_ms(), browser=self.crawl.browser is not None,
             default_limit=self.config.crawl_limit, update=update,
             search=self.search is not None and self.search.enabled, llm=self.llm,
+            smtp=self.config.smtp, notify_targets=self.config.target_names(),
         )  # fmt: skip
 
     def _next_run(self, spec: models.MonitorSpec, after_ms: int) -> tuple[int | None, int | None]:
@@ -219,8 +225,13 @@ class MonitorService:
     async def checks(self, monitor_id: str, limit: int, offset: int, status: str | None
                      ) -> list[dict[str, Any]]:  # fmt: skip
         row = await self._row(monitor_id)
-        rows = await self.store.read(lambda c: mstore.list_checks(c, row.id, limit, offset, status))
-        return [models.check_json(r) for r in rows]
+
+        def read(c: Conn) -> tuple[list[mstore.CheckRow], dict[str, dict[str, str]]]:
+            found = mstore.list_checks(c, row.id, limit, offset, status)
+            return found, nstore.states(c, [r.id for r in found])
+
+        rows, notified = await self.store.read(read)
+        return [models.check_json(r, notified.get(r.id)) for r in rows]
 
     async def check(self, monitor_id: str, check_id: str, skip: int = 0, limit: int = 100,
                     status: str | None = None) -> dict[str, Any]:  # fmt: skip
@@ -228,16 +239,17 @@ class MonitorService:
         row = await self._row(monitor_id)
         key = _uuid(check_id)
 
-        def read(c: Conn) -> tuple[mstore.CheckRow | None, list[mstore.PageRow]]:
+        def read(c: Conn) -> tuple[mstore.CheckRow | None, list[mstore.PageRow], dict[str, str]]:
             found = None if key is None else mstore.get_check(c, key)
             if found is None or found.monitor_id != row.id:
-                return None, []
-            return found, mstore.pages(c, found.id, skip, limit + 1, status)
+                return None, [], {}
+            pages = mstore.pages(c, found.id, skip, limit + 1, status)
+            return found, pages, nstore.states(c, [found.id]).get(found.id, {})
 
-        found, pages = await self.store.read(read)
+        found, pages, notified = await self.store.read(read)
         if found is None:
             raise MonitorNotFound(check_id)
-        body = models.check_json(found)
+        body = models.check_json(found, notified)
         body["pages"] = [models.page_json(found.id, p) for p in pages[:limit]]
         body["more"] = len(pages) > limit
         return body
@@ -330,6 +342,7 @@ class MonitorService:
 
         async def scheduler(nursery: trio.Nursery) -> None:
             nursery.start_soon(self._schedule)
+            nursery.start_soon(self.notifier.run)
 
         await self._runs.serve(SCAN_S, task_status, scheduler)
 
@@ -346,5 +359,5 @@ class MonitorService:
 
     def status(self) -> dict[str, Any]:
         return {"checks_running": len(self.runs), "checks_created": self.checks_created,
-                "judged": self.judged,
+                "judged": self.judged, "notifications": self.notifier.status(),
                 "checks": {i: r.status() for i, r in list(self.runs.items())}}  # fmt: skip

@@ -145,13 +145,15 @@ def update_monitor(
 
 
 def delete_monitor(conn: Conn, monitor_id: str) -> bool:
-    """The monitor, its checks, their pages and its snapshots; False when there was none."""
+    """The monitor, its checks (their pages and notifications) and its snapshots; False when
+    there was none."""
     conn.execute(
         "DELETE FROM monitor_pages WHERE check_id IN"
         " (SELECT id FROM monitor_checks WHERE monitor_id = ?)",
         (monitor_id,),
     )
     conn.execute("DELETE FROM monitor_checks WHERE monitor_id = ?", (monitor_id,))
+    conn.execute("DELETE FROM monitor_notifications WHERE monitor_id = ?", (monitor_id,))
     conn.execute("DELETE FROM monitor_snapshots WHERE monitor_id = ?", (monitor_id,))
     conn.execute("DELETE FROM monitors WHERE id = ?", (monitor_id,))
     return bool(conn.changes())
@@ -307,6 +309,7 @@ def purge_checks(conn: Conn, monitor_id: str, before_ms: int, limit: int) -> int
     ).fetchall()
     for (check_id,) in rows:
         conn.execute("DELETE FROM monitor_pages WHERE check_id = ?", (check_id,))
+        conn.execute("DELETE FROM monitor_notifications WHERE check_id = ?", (check_id,))
         conn.execute("DELETE FROM monitor_checks WHERE id = ?", (check_id,))
     return len(rows)
 
@@ -411,6 +414,16 @@ def status_counts(conn: Conn, check_id: str) -> tuple[list[str], int]:
         else:
             statuses += [str(status)] * int(count)
     return statuses, queued
+
+
+def notable_pages(conn: Conn, check_id: str, limit: int) -> list[PageRow]:
+    """Done pages of a check that a notification may tell (changed, new, removed, error)."""
+    rows: list[Any] = conn.execute(
+        f"{_PAGE} WHERE check_id = ? AND state = 'done'"
+        " AND status IN ('changed', 'new', 'removed', 'error') ORDER BY n LIMIT ?",
+        (check_id, limit),
+    ).fetchall()
+    return [_page(r) for r in rows]
 
 
 # -- snapshots ---------------------------------------------------------------------------------
