@@ -249,6 +249,8 @@ def openapi_document(
         types, ref_template="#/components/schemas/{name}"
     )
     schemas = _resolve_marks(schemas, deployment)
+    if clash := sorted(set(components) & set(deployment)):
+        raise ValueError(f"deployment schemas named as models of the API: {clash}")
     components = {**_resolve_marks(components, deployment), **deployment}
     schema_of = dict(zip(types, schemas, strict=True))
     paths: dict[str, dict[str, Any]] = {}

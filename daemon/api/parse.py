@@ -51,13 +51,13 @@ class ParseFormatInfo(msgspec.Struct):
     available: bool
 
 
-class ParseFormatsData(msgspec.Struct):
+class ParseFormatListData(msgspec.Struct):
     formats: list[ParseFormatInfo]
 
 
-class ParseFormats(msgspec.Struct):
+class ParseFormatList(msgspec.Struct):
     success: bool
-    data: ParseFormatsData
+    data: ParseFormatListData
 
 
 def too_large(limit: int) -> Response:
@@ -137,7 +137,7 @@ class ParseHandlers:
                                 vision and f.format == "tiff")))
             for f in FORMATS
         ]  # fmt: skip
-        return json(ParseFormats(success=True, data=ParseFormatsData(formats=items)))
+        return json(ParseFormatList(success=True, data=ParseFormatListData(formats=items)))
 
 
 def routes(service: CrawlService) -> list[ApiRoute]:
@@ -162,5 +162,5 @@ def routes(service: CrawlService) -> list[ApiRoute]:
                  deployment=scrape_deployment(service)),
         ApiRoute("GET", "/v2/parse/formats", h.formats,
                  "The file formats /v2/parse reads, `available` on this deployment",
-                 response=ParseFormats),
+                 response=ParseFormatList),
     ]  # fmt: skip

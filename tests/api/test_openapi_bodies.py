@@ -127,3 +127,22 @@ async def test_with_llm_and_search_the_document_says_so(start_daemon: StartDaemo
     assert {"json", "summary"} <= formats(spec)
     assert spec["components"]["schemas"]["LlmProvider"] == {"enum": ["default"]}
     assert not list(body_validator(spec, "post", "/v2/extract").iter_errors({"prompt": "x"}))
+
+
+async def test_answers_without_input_match_their_declared_schema(start_daemon: StartDaemon) -> None:
+    """GET routes that need no id answer what the document declares for their 200 (a model
+    named as a deployment schema once declared /v2/parse/formats as the scrape formats)."""
+    daemon = await start_daemon(extra=CONFIGURED)
+    async with client(daemon) as http:
+        spec = (await http.get("/openapi.json")).json()
+        for path in ("/v2/parse/formats", "/v2/monitor", "/v2/team/credit-usage"):
+            if path not in spec["paths"]:
+                continue
+            declared = spec["paths"][path]["get"]["responses"]["200"]["content"]
+            schema = declared["application/json"]["schema"]
+            answer = await http.get(path)
+            assert answer.status_code == 200, (path, answer.text)
+            validator = jsonschema.Draft202012Validator(
+                {**schema, "components": spec["components"]}
+            )
+            assert not list(validator.iter_errors(answer.json())), path

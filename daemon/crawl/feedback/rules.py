@@ -6,13 +6,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from daemon.crawl.options.schemas import SPACE
 from daemon.crawl.problems import Problem, problem
 
 RATINGS = ("good", "bad", "partial")
 ENDPOINTS = ("search", "scrape", "parse", "map", "alexandria")
-URL_PATTERN = r"^https?://[^\s\x1c-\x1f]+$"
-"""An http(s) URL without white space (0x1c-0x1f named: Python's \\s has them, the JSON-schema
-engines' does not); at most MAX_URL characters."""
+URL_PATTERN = rf"^https?://[^{SPACE}]+$"
+"""An http(s) URL without white space (spelled out, as both regex engines read it alike); at
+most MAX_URL characters."""
 MAX_URL = 2048
 CODE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,79}$"
 UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"

@@ -32,9 +32,10 @@ HTTP_URL: dict[str, Any] = {
 """An absolute http(s) URL with a host, as models.url_problems checks it."""
 HttpUrl = Annotated[str, Meta(extra_json_schema=HTTP_URL)]
 
-SPACE = r"\s\x1c-\x1f"
-"""What str.strip() takes away, as a regex class: Unicode white space and 0x1c-0x1f (Python's
-`\\s` has them, the JSON-schema engines' does not: both are named)."""
+SPACE = r"\t-\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+"""What str.strip() takes away (every character str.isspace() names), as a regex class spelled out
+so that Python's `re` and the JSON-schema engines (ECMA regexes, whose `\\s` differs: it lacks
+0x1c-0x1f and 0x85 and has 0xfeff) read the same set."""
 NOT_BLANK: dict[str, Any] = {"pattern": f"[^{SPACE}]"}
 """A string that is not only white space (as `text.strip()` checks it)."""
 
