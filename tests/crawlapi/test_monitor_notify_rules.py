@@ -87,6 +87,9 @@ def test_worth_telling_drops_same_pages_and_judged_noise() -> None:
     # Without a judging goal every changed page is told; an all-noise check tells nothing.
     assert len(notify.worth(pages, False)) == 6
     assert notify.worth([page("same"), page("changed", meaningful=False)], True) == []
+    # A new search result the judge found beside the goal ("watching") is not alerted on.
+    results = [page("new", meaningful=False), page("new", meaningful=True)]
+    assert [p.judgment and p.judgment["meaningful"] for p in notify.worth(results, True)] == [True]
 
 
 def test_the_message_names_monitor_check_counts_urls_and_diff_excerpt() -> None:

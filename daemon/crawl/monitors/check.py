@@ -314,6 +314,21 @@ class CheckRun:
         judgment = models.judgment_of(answer.value)
         return None if judgment is None else (text, models.encode(judgment))
 
+    async def _judge_result(self, text: str) -> dict[str, Any] | None:
+        """The model's judgment of a search result seen for the first time (Firecrawl judges
+        new search results as it judges changed pages)."""
+        llm = self.service.llm
+        if llm is None:
+            return None
+        try:
+            self.service.judged += 1
+            prompt = models.judge_result_prompt(self.spec.goal or "")
+            answer = await llm.extract_json(text, schema=models.JUDGMENT_SCHEMA, prompt=prompt)
+        except LlmError as exc:
+            log.warning("monitor judge failed", check=self.job_id, error=exc.message)
+            return None
+        return models.judgment_of(answer.value)
+
     # -- crawl targets ---------------------------------------------------------------------
 
     async def _crawl_target(self, target_id: str, target: dict[str, Any]) -> None:
@@ -411,20 +426,26 @@ class CheckRun:
 
     async def _commit_result(self, target_id: str, url: str, query: str,
                              item: dict[str, Any]) -> None:  # fmt: skip
-        at = self.service.clock_ms()
         key = page_key(url)
         monitor_id = self.row.monitor_id
         text = f"{item.get('title') or ''}\n\n{item.get('description') or ''}"
-        metadata = {"searchStatus": "alert", "query": query, "title": item.get("title"),
-                    "description": item.get("description")}  # fmt: skip
+        judgment = None
+        if self._judges() and not await self.store.read(
+            lambda c: mstore.snapshot(c, monitor_id, target_id, key) is not None
+        ):
+            judgment = await self._judge_result(f"{url}\n{text}")
+        metadata = {"searchStatus": models.search_status(judgment), "query": query,
+                    "title": item.get("title"), "description": item.get("description")}  # fmt: skip
+        at = self.service.clock_ms()
 
         def tx(conn: Conn) -> Any:
             self._check(conn)
             if mstore.snapshot(conn, monitor_id, target_id, key) is not None:
                 return None  # seen by an earlier check: reported once
             scrape_id = str(uuid.uuid4())
+            verdict = None if judgment is None else models.encode(judgment)
             page = mstore.PageRow(0, target_id, key, url, "done", "new", None, None, scrape_id,
-                                  None, None, at, models.encode(metadata))  # fmt: skip
+                                  None, None, at, models.encode(metadata), verdict)  # fmt: skip
             if not mstore.record_page(conn, self.job_id, page):
                 return None
             mstore.keep_snapshot(conn, monitor_id, target_id, key, url, scrape_id, text, False, at)

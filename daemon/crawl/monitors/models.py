@@ -468,6 +468,21 @@ def judge_prompt(goal: str) -> str:
     )
 
 
+def judge_result_prompt(goal: str) -> str:
+    return (
+        "The content is a search result that a monitor's search target found for the first"
+        f" time. The monitor's goal: {goal}\nSay whether this result is meaningful for this goal"
+        " (not an unrelated or duplicate hit), how confident you are, why, and list what in it"
+        " matters as `added` changes."
+    )
+
+
+def search_status(judgment: dict[str, Any] | None) -> str:
+    """A new search result's `metadata.searchStatus`: `alert` unless the judge found it not
+    meaningful for the goal (`watching`: kept, reported, not alerted on)."""
+    return "watching" if judgment is not None and not judgment["meaningful"] else "alert"
+
+
 def judgment_of(value: Any) -> dict[str, Any] | None:
     """The model's answer as a judgment, or None when it does not have the shape."""
     if not isinstance(value, dict) or not isinstance(value.get("meaningful"), bool):

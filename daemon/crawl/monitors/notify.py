@@ -174,16 +174,16 @@ def channels(notification: dict[str, Any] | None) -> list[str]:
 
 def worth(pages: Sequence[Noted], judging: bool) -> list[Noted]:
     """The pages a notification tells: changed, new, removed and error ones, less (when the
-    monitor judges changes against a goal) changed pages the model judged not meaningful. A
-    changed page without a judgment (the model failed) is told: better a false alert than a
-    missed one."""
+    monitor judges changes against a goal) changed pages and new search results the model
+    judged not meaningful. A page without a judgment (the model failed) is told: better a false
+    alert than a missed one."""
     told = []
     for page in pages:
         if page.status not in NOTABLE:
             continue
         if (
             judging
-            and page.status == "changed"
+            and page.status in ("changed", "new")
             and (page.judgment or {}).get("meaningful") is False
         ):
             continue
