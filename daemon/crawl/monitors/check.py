@@ -300,29 +300,21 @@ class CheckRun:
         before = None if previous is None else compare.Previous(
             previous.scrape_id, previous.markdown, previous.gone)  # fmt: skip
         outcome = compare.page_outcome(before, markdown, code, None)
-        llm = self.service.llm
-        if outcome.diff is None or llm is None:
+        if outcome.diff is None:
             return None
         text = str(outcome.diff["text"])
-        try:
-            self.service.judged += 1
-            prompt = models.judge_prompt(self.spec.goal or "")
-            answer = await llm.extract_json(text, schema=models.JUDGMENT_SCHEMA, prompt=prompt)
-        except LlmError as exc:
-            log.warning("monitor judge failed", check=self.job_id, error=exc.message)
-            return None
-        judgment = models.judgment_of(answer.value)
+        judgment = await self._ask_judge(text, models.judge_prompt(self.spec.goal or ""))
         return None if judgment is None else (text, models.encode(judgment))
 
-    async def _judge_result(self, text: str) -> dict[str, Any] | None:
-        """The model's judgment of a search result seen for the first time (Firecrawl judges
-        new search results as it judges changed pages)."""
+    async def _ask_judge(self, text: str, prompt: str) -> dict[str, Any] | None:
+        """The model's judgment of `text` (a changed page's diff, or a search result seen for
+        the first time: Firecrawl judges both) under the monitor's goal; None when the model
+        failed or answered out of shape."""
         llm = self.service.llm
         if llm is None:
             return None
         try:
             self.service.judged += 1
-            prompt = models.judge_result_prompt(self.spec.goal or "")
             answer = await llm.extract_json(text, schema=models.JUDGMENT_SCHEMA, prompt=prompt)
         except LlmError as exc:
             log.warning("monitor judge failed", check=self.job_id, error=exc.message)
@@ -433,7 +425,8 @@ class CheckRun:
         if self._judges() and not await self.store.read(
             lambda c: mstore.snapshot(c, monitor_id, target_id, key) is not None
         ):
-            judgment = await self._judge_result(f"{url}\n{text}")
+            prompt = models.judge_result_prompt(self.spec.goal or "")
+            judgment = await self._ask_judge(f"{url}\n{text}", prompt)
         metadata = {"searchStatus": models.search_status(judgment), "query": query,
                     "title": item.get("title"), "description": item.get("description")}  # fmt: skip
         at = self.service.clock_ms()
