@@ -1,0 +1,26 @@
+"""Functions the content-worker tests (test_pool.py) run in a worker: importable by name, and
+importing nothing heavy, since each new worker imports this module."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+
+def wait_on(fifo: str) -> str:
+    """Block until the test writes a line to `fifo`, and return it."""
+    with open(fifo) as f:
+        return f.readline().strip()
+
+
+def die() -> None:
+    """End the process as a crash would."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def fail() -> None:
+    raise ValueError("bad page")
+
+
+def pid() -> int:
+    return os.getpid()
