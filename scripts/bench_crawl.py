@@ -388,7 +388,9 @@ def report(
             f"peak RSS {rss:6.0f} MiB (PSS after the crawl {pss:.0f} MiB)"
         )
         print(f"    again, from the cache           : {cached:8.0f} pages/s")
-        print(f"    ratio crawld / scrapy           : {rate / base:8.2f}x")
+        per_round = statistics.median(o[0] / t[0] for o, t in zip(rounds, theirs, strict=True))
+        print(f"    ratio crawld / scrapy           : {rate / base:8.2f}x   "
+              f"(median of the rounds' ratios {per_round:.2f}x)")  # fmt: skip
         print(f"    ratio cached pass / first pass  : {cached / rate:8.2f}x")
 
 

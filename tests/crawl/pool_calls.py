@@ -24,3 +24,7 @@ def fail() -> None:
 
 def pid() -> int:
     return os.getpid()
+
+
+def policy() -> int:
+    return os.sched_getscheduler(0)

@@ -24,7 +24,7 @@ from daemon.crawl.runs.engine import new_engine
 from daemon.crawl.runs.service import PRELOAD
 from daemon.fakes.site import RICH_PAGE, SiteSim
 from daemon.settings import ConfigError, decode
-from tests.crawl.pool_calls import die, fail, pid, wait_on
+from tests.crawl.pool_calls import die, fail, pid, policy, wait_on
 from tests.crawl.test_document import PAGE
 
 
@@ -92,6 +92,11 @@ async def test_documents_from_the_pool_equal_the_inline_ones(pool: PagePool) -> 
             assert await pool.run(scrape_page_of, *args) == inline
             assert inline[0]["metadata"]["url"] == page.url
     assert pool.status()["calls"] == len(OPTIONS) * len(pages())
+
+
+async def test_workers_take_their_turn_rather_than_preempt(pool: PagePool) -> None:
+    assert await pool.run(policy) == os.SCHED_BATCH
+    assert os.sched_getscheduler(0) != os.SCHED_BATCH
 
 
 async def test_exceptions_come_back_and_the_worker_stays(pool: PagePool) -> None:
