@@ -203,6 +203,28 @@ async def test_closing_ends_the_workers() -> None:
         await pool.run(pid)
 
 
+async def test_closing_under_a_busy_call_loses_its_page(tmp_path: Path) -> None:
+    pool = PagePool(1, preload=PRELOAD)
+    await pool.run(pid)
+    [process] = processes(pool)
+    go = fifo(tmp_path)
+    lost: list[WorkerLost] = []
+
+    async def close_soon() -> None:
+        await trio.testing.wait_all_tasks_blocked()
+        await pool.aclose()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(close_soon)
+        try:
+            await pool.run(wait_on, go)
+        except WorkerLost as exc:
+            lost.append(exc)
+    assert lost  # not the socket's ClosedResourceError: a page that failed
+    assert await ended(process) == -signal.SIGKILL
+    assert pool.status()["killed"] == 1
+
+
 async def test_the_engine_makes_a_lost_worker_a_failed_page() -> None:
     class Lost:
         async def run(self, *args: Any) -> Any:

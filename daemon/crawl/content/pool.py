@@ -54,8 +54,9 @@ class WorkerLost(Exception):
     """The worker process running the call ended before answering (it crashed or was killed)."""
 
 
-_LOST = (WorkerLost, trio.BrokenResourceError, OSError)
-"""How a worker's death shows on its socket: end-of-file, a reset, a broken pipe."""
+_LOST = (WorkerLost, trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+"""How a worker's death shows on its socket: end-of-file, a reset, a broken pipe, or the socket
+closed under the call by `aclose`."""
 
 
 def pool_size(configured: int | str) -> int:
@@ -205,6 +206,9 @@ class PagePool:
         process = self._ctx.Process(target=serve, args=(child,), name="crawld-content", daemon=True)
         try:
             await trio.to_thread.run_sync(process.start)
+        except BaseException:
+            parent.close()
+            raise
         finally:
             child.close()
         fd = os.dup(parent.fileno())
