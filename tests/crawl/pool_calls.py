@@ -28,3 +28,13 @@ def pid() -> int:
 
 def policy() -> int:
     return os.sched_getscheduler(0)
+
+
+class Odd(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+
+
+def odd() -> None:
+    """Raise an exception that pickles but does not unpickle (its args are not its __init__'s)."""
+    raise Odd("CODE", "what went wrong")

@@ -19,13 +19,20 @@ import trio.testing
 from daemon.crawl.config import CrawlConfig
 from daemon.crawl.content.document import DocumentOptions, scrape_page_of
 from daemon.crawl.content.pool import PagePool, WorkerLost, pool_size
+from daemon.crawl.documents.errors import DocumentError
+from daemon.crawl.documents.parsers import ParserPlan, PdfParser
+from daemon.crawl.documents.pdf import read_pdf_of
+from daemon.crawl.documents.reader import DocumentReader
 from daemon.crawl.fetching.fetch import FetchError, FetchResult
 from daemon.crawl.runs.engine import new_engine
 from daemon.crawl.runs.service import PRELOAD
 from daemon.fakes.site import RICH_PAGE, SiteSim
 from daemon.settings import ConfigError, decode
-from tests.crawl.pool_calls import die, fail, pid, policy, wait_on
+from tests.crawl.pdfs import make_pdf
+from tests.crawl.pool_calls import die, fail, odd, pid, policy, wait_on
 from tests.crawl.test_document import PAGE
+
+PLAN = ParserPlan(PdfParser(mode="fast"))
 
 
 @pytest.fixture
@@ -103,6 +110,8 @@ async def test_exceptions_come_back_and_the_worker_stays(pool: PagePool) -> None
     first = await pool.run(pid)
     with pytest.raises(ValueError, match="bad page"):
         await pool.run(fail)
+    with pytest.raises(RuntimeError, match="CODE: what went wrong"):
+        await pool.run(odd)
     assert await pool.run(pid) == first
     assert pool.status()["started"] == 1
 
@@ -251,3 +260,30 @@ def test_the_pool_size_key() -> None:
         with pytest.raises(ConfigError) as info:
             decode(f"[crawl]\ncontent_workers = {bad}")
         assert where in str(info.value)
+
+
+async def test_pdf_text_from_the_pool(pool: PagePool) -> None:
+    pdf = make_pdf(["First page text", "Second page text"], title="Two pages")
+    inline = read_pdf_of(pdf, None, True)
+    assert await pool.run(read_pdf_of, pdf, None, True) == inline
+    with pytest.raises(DocumentError) as info:  # comes back as itself, code and status kept
+        await pool.run(read_pdf_of, b"  ", None, True)
+    assert (info.value.code, info.value.status) == (DocumentError.empty().code, 400)
+    reader = DocumentReader()
+    alone = await reader.parse(pdf, "pdf", PLAN, retain=True)
+    reader.pool = pool
+    calls = pool.status()["calls"]
+    assert await reader.parse(pdf, "pdf", PLAN, retain=True) == alone
+    assert pool.status()["calls"] == calls + 1  # the text layer was read in a worker
+
+
+async def test_a_lost_pdf_worker_fails_the_file() -> None:
+    class Lost:
+        async def run(self, *args: Any) -> Any:
+            raise WorkerLost("gone")
+
+    reader = DocumentReader()
+    reader.pool = Lost()  # type: ignore[assignment]
+    with pytest.raises(DocumentError) as info:
+        await reader.parse(make_pdf(["x"]), "pdf", PLAN, retain=True)
+    assert info.value.code == "SCRAPE_ALL_ENGINES_FAILED"

@@ -104,14 +104,22 @@ def serve(conn: Connection) -> None:
             answer: tuple[bool, Any] = (True, fn(*args))
         except Exception as exc:  # the caller gets it, as if the call had run inline
             answer = (False, exc)
-        try:
-            data = pickle.dumps(answer, pickle.HIGHEST_PROTOCOL)
-        except Exception as exc:
-            failure = RuntimeError(f"unpicklable answer: {type(exc).__name__}: {exc}")
-            data = pickle.dumps((False, failure), pickle.HIGHEST_PROTOCOL)
-        conn.send_bytes(data)
+        conn.send_bytes(_answer(answer))
         if len(request) > TRIM_BYTES:
             trim()
+
+
+def _answer(answer: tuple[bool, Any]) -> bytes:
+    """The pickled answer; a RuntimeError naming it when it would not pickle, or (an exception
+    whose __init__ does not take its args) would not unpickle in the caller."""
+    try:
+        data = pickle.dumps(answer, pickle.HIGHEST_PROTOCOL)
+        if not answer[0]:
+            pickle.loads(data)
+        return data
+    except Exception as exc:
+        failure = RuntimeError(f"unpicklable answer: {type(exc).__name__}: {exc}; {answer[1]!r}")
+        return pickle.dumps((False, failure), pickle.HIGHEST_PROTOCOL)
 
 
 class _Worker:

@@ -48,7 +48,7 @@ from daemon.store import Conn, Store
 log = get_logger("crawl")
 
 _encode = msgspec.json.Encoder().encode
-PRELOAD = ("daemon.crawl.content.document",)
+PRELOAD = ("daemon.crawl.content.document", "daemon.crawl.documents.pdf")
 """Imported once by the content workers' forkserver, so each worker starts as a fork of it."""
 SCAN_S = 5.0
 """How often the running jobs are looked for without a wake-up: a job's creation wakes the scan
@@ -104,6 +104,7 @@ class CrawlService:
         """The content workers, for every engine ([crawl] content_workers is read at start)."""
         self.engine = new_engine(config, resolver, self.browser, llm, self.pool)
         self.documents = DocumentReader(ocr, self.engine.cpu, llm)
+        self.documents.pool = self.pool
         """Files made documents (PDF text, OCR, office files) for every engine and upload."""
         self.tracker = ChangeTracker(store, clock_ms)
         self.engine.maker.cache = self.cache
