@@ -191,8 +191,9 @@ class CrawlConfig(Section, frozen=True):
     """Crawl and batch jobs running at once; later ones wait their turn."""
     content_workers: int | Literal["auto"] = "auto"
     """Worker processes turning fetched HTML pages into documents (parsing, main content,
-    markdown, links), so the crawl uses every core: "auto" is the cores crawld may use (its CPU
-    affinity); 0 or 1 does that work in the daemon's own process. Read at start."""
+    markdown, links) and reading PDFs' text layers, so the crawl uses every core: "auto" is the
+    cores crawld may use (its CPU affinity); 0 or 1 does that work in the daemon's own process.
+    Read at start."""
     render: Literal["auto", "always", "never"] = "auto"
     """With a browser: "auto" renders pages that ask for it (waitFor, actions, screenshot,
     mobile) or look script-built; "always" renders every HTML page; "never" only those that
