@@ -48,8 +48,10 @@ from daemon.store import Conn, Store
 log = get_logger("crawl")
 
 _encode = msgspec.json.Encoder().encode
-PRELOAD = ("daemon.crawl.content.document", "daemon.crawl.documents.pdf")
-"""Imported once by the content workers' forkserver, so each worker starts as a fork of it."""
+PRELOAD = ("__main__", "daemon.crawl.content.document", "daemon.crawl.documents.pdf")
+"""Imported once by the content workers' forkserver, so each worker starts as a fork of it.
+"__main__": multiprocessing runs the parent's main script (the `crawld` entry point, guarded by
+`if __name__ == "__main__"`) in each new process; imported once here, the workers skip it."""
 SCAN_S = 5.0
 """How often the running jobs are looked for without a wake-up: a job's creation wakes the scan
 of every instance (daemon/store/wake.py CRAWLS), so one created elsewhere starts here at once;
