@@ -6,11 +6,19 @@ runs, one after the other (interleaved, so machine load hits both alike):
 - crawld: a fresh `crawld run` process; POST /v2/crawl of the site's page tree (robots.txt
   honoured, links followed, every page turned into a markdown document stored in SQLite and
   counted, and written to the document cache), timed from the POST to status `completed`; peak
-  RSS of the process (VmHWM). Then the same crawl again on the same process: every page served
-  from the document cache (links followed from the copies), its pages/s against the first pass.
+  RSS (VmHWM) of the daemon plus that of its content workers, their forkserver and
+  multiprocessing's resource tracker (`--workers` sets `[crawl] content_workers`: a
+  comma-separated list runs one crawld per value in each round, for the scaling figure; their
+  memory shared copy-on-write is counted once per process, so the sum overstates it: PSS, which
+  shares it out, is printed too). And the CPU time per page of the first crawl, on the trio
+  thread and over the daemon and its workers: on a busy machine throughput follows the share
+  of the cores each side gets, CPU time per page much less so. Then the same crawl again on the
+  same process: every page served from the document cache (links followed from the copies), its
+  pages/s against the first pass.
 - Scrapy: a minimal spider in its own process that imports nothing from `daemon`: robots.txt
   honoured, the same concurrency, and per page only the extraction of `<a href>` links (no
-  markdown, no storage) - the fastest reasonable baseline for "crawl the site".
+  markdown, no storage) - the fastest reasonable baseline for "crawl the site"; its CPU time
+  per page too.
 
 Then the frontier figure: crawld's RSS once 100,000 URLs are queued, found on 100 hub pages of
 1,000 links each, and on one page linking all 100,000 (the worst case: one huge page in memory).
@@ -20,7 +28,7 @@ e.g. `python3.11 -m venv ~/scrapy-venv && ~/scrapy-venv/bin/pip install scrapy==
 
 Usage: .venv/bin/python scripts/bench_crawl.py
        --scrapy-python ~/scrapy-venv/bin/python [--pages 5000] [--concurrency 16] [--rounds 3]
-       [--frontier 100000]
+       [--frontier 100000] [--workers auto|N[,N...]]
 """
 
 from __future__ import annotations
@@ -54,7 +62,7 @@ SPIDER = textwrap.dedent(
         name = "tree"
 
         async def start(self):
-            stats["t0"] = time.perf_counter()
+            stats["t0"], stats["c0"] = time.perf_counter(), time.process_time()
             yield scrapy.Request(start)
 
         def parse(self, response):
@@ -65,7 +73,7 @@ SPIDER = textwrap.dedent(
                     yield scrapy.Request(url)
 
         def closed(self, reason):
-            stats["t1"] = time.perf_counter()
+            stats["t1"], stats["c1"] = time.perf_counter(), time.process_time()
 
     process = CrawlerProcess(settings={
         "CONCURRENT_REQUESTS": concurrency,
@@ -79,6 +87,7 @@ SPIDER = textwrap.dedent(
     process.start()
     maxrss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"pages": stats["pages"], "seconds": stats["t1"] - stats["t0"],
+                      "cpu": stats["c1"] - stats["c0"],
                       "rss_mib": maxrss_kib / 1024}))
     """
 )
@@ -150,10 +159,42 @@ def proc_status(pid: int, field: str) -> float:
     raise LookupError(field)
 
 
+def family(pid: int) -> list[int]:
+    """`pid` and every process descended from it (the content workers are the forkserver's)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, todo = [pid], [pid]
+    while todo:
+        parent = todo.pop()
+        children = [p for p, pp in parents.items() if pp == parent]
+        found += children
+        todo += children
+    return found
+
+
+def family_memory(pid: int) -> tuple[float, float]:
+    """(sum of peak RSS, sum of PSS now) in MiB over `pid` and its descendants."""
+    hwm = pss = 0.0
+    for p in family(pid):
+        try:
+            hwm += proc_status(p, "VmHWM")
+            rollup = Path(f"/proc/{p}/smaps_rollup").read_text().splitlines()
+        except (OSError, LookupError):
+            continue
+        pss += sum(int(x.split()[1]) for x in rollup if x.startswith("Pss:")) / 1024
+    return hwm, pss
+
+
 class Crawld:
     """A crawld process with a fresh state directory."""
 
-    def __init__(self, concurrency: int, browser: bool = False) -> None:
+    def __init__(self, concurrency: int, browser: bool = False, workers: str = "auto") -> None:
         self.tmp = tempfile.TemporaryDirectory(prefix="bench-crawl-")
         self.port = free_port()
         config = Path(self.tmp.name) / "crawld.toml"
@@ -170,6 +211,7 @@ class Crawld:
             allow_cidrs = ["127.0.0.0/8"]
             concurrency = {concurrency}
             per_host_concurrency = {concurrency}
+            content_workers = {json.dumps(workers) if workers == "auto" else int(workers)}
             """)
             + (BROWSER_SECTION if browser else "[crawl.browser]\nenabled = false\n")
         )
@@ -196,8 +238,27 @@ class Crawld:
         self.tmp.cleanup()
 
 
-def crawl_pass(daemon: Crawld, site: str, concurrency: int, pages: int) -> tuple[float, int]:
-    """(pages/s, pages) of one crawl of the page tree, from the POST to `completed`."""
+def cpu_seconds(pid: int, tid: int | None = None) -> float:
+    """CPU time (user + system) of a process, or of one of its threads."""
+    path = f"/proc/{pid}/task/{tid}/stat" if tid is not None else f"/proc/{pid}/stat"
+    try:
+        fields = Path(path).read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def crawl_cpu(pid: int) -> tuple[float, float]:
+    """(CPU seconds of the daemon's main thread, the trio thread; of it and its workers)."""
+    return cpu_seconds(pid, pid), sum(cpu_seconds(p) for p in family(pid))
+
+
+def crawl_pass(
+    daemon: Crawld, site: str, concurrency: int, pages: int
+) -> tuple[float, int, float, float]:
+    """(pages/s, pages, trio thread CPU ms/page, CPU ms/page of the daemon and its workers) of
+    one crawl of the page tree, from the POST to `completed`."""
+    loop0, all0 = crawl_cpu(daemon.proc.pid)
     t0 = time.perf_counter()
     job = daemon.start({"url": f"{site}/pages/0", "sitemap": "skip", "limit": pages,
                         "crawlEntireDomain": True, "includePaths": ["^/pages/"],
@@ -205,34 +266,43 @@ def crawl_pass(daemon: Crawld, site: str, concurrency: int, pages: int) -> tuple
     while (status := daemon.status(job))["status"] == "scraping":
         time.sleep(0.05)
     seconds = time.perf_counter() - t0
-    return status["completed"] / seconds, status["completed"]
+    loop1, all1 = crawl_cpu(daemon.proc.pid)
+    done = max(status["completed"], 1)
+    per_page = 1000 / done
+    return done / seconds, done, (loop1 - loop0) * per_page, (all1 - all0) * per_page
+
+
+Round = tuple[float, float, int, float, int, float, float, float]
 
 
 def crawld_round(
-    site: str, concurrency: int, pages: int, browser: bool = False
-) -> tuple[float, float, int, float, int]:
+    site: str, concurrency: int, pages: int, browser: bool = False, workers: str = "auto"
+) -> Round:
     """(pages/s, peak RSS MiB, pages) of a first crawl (every page fetched, and written to the
     document cache), then (pages/s, pages) of the same crawl again on the same daemon: every
-    page from the cache (Firecrawl's default maxAge, 2 days), links followed from the copies."""
-    daemon = Crawld(concurrency, browser)
+    page from the cache (Firecrawl's default maxAge, 2 days), links followed from the copies;
+    then the PSS (MiB) of the daemon and its workers after the first crawl, and the first
+    crawl's CPU ms per page on the trio thread and over the daemon and its workers."""
+    daemon = Crawld(concurrency, browser, workers)
     try:
-        rate, done = crawl_pass(daemon, site, concurrency, pages)
-        rss = proc_status(daemon.proc.pid, "VmHWM")
-        cached_rate, cached_done = crawl_pass(daemon, site, concurrency, pages)
+        rate, done, loop_ms, all_ms = crawl_pass(daemon, site, concurrency, pages)
+        rss, pss = family_memory(daemon.proc.pid)
+        cached_rate, cached_done, _, _ = crawl_pass(daemon, site, concurrency, pages)
     finally:
         daemon.close()
-    return rate, rss, done, cached_rate, cached_done
+    return rate, rss, done, cached_rate, cached_done, pss, loop_ms, all_ms
 
 
 def scrapy_round(
     python: str, spider: Path, site: str, concurrency: int
-) -> tuple[float, float, int]:
+) -> tuple[float, float, int, float]:
     out = subprocess.run(
         [python, str(spider), f"{site}/pages/0", str(concurrency)],
         capture_output=True, text=True, check=True, cwd=spider.parent,
     )  # fmt: skip
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    return result["pages"] / result["seconds"], result["rss_mib"], result["pages"]
+    cpu_ms = result["cpu"] * 1000 / max(result["pages"], 1)
+    return result["pages"] / result["seconds"], result["rss_mib"], result["pages"], cpu_ms
 
 
 def frontier_rss(count: int, per_page: int) -> tuple[float, float, int]:
@@ -273,7 +343,11 @@ def main() -> int:
     parser.add_argument(
         "--browser", action="store_true", help="crawld with [crawl.browser] and render = auto"
     )
+    parser.add_argument(
+        "--workers", default="auto", help="[crawl] content_workers, or a comma-separated list"
+    )
     args = parser.parse_args()
+    settings = args.workers.split(",")
 
     site_port = free_port()
     site = f"http://127.0.0.1:{site_port}"
@@ -282,24 +356,33 @@ def main() -> int:
          "--pages", str(args.pages)],
         cwd=ROOT, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    ours: list[tuple[float, float, int, float, int]] = []
-    theirs: list[tuple[float, float, int]] = []
+    ours: dict[str, list[Round]] = {w: [] for w in settings}
+    theirs: list[tuple[float, float, int, float]] = []
     try:
         wait_up(site + "/robots.txt")
         with tempfile.TemporaryDirectory(prefix="bench-scrapy-") as tmp:
             spider = Path(tmp) / "spider.py"
             spider.write_text(SPIDER)
             for r in range(args.rounds):
-                ours.append(crawld_round(site, args.concurrency, args.pages, args.browser))
+                # Each round turns the order of the settings, so none always runs first.
+                for w in settings[r % len(settings) :] + settings[: r % len(settings)]:
+                    ours[w].append(
+                        crawld_round(site, args.concurrency, args.pages, args.browser, w)
+                    )
+                    last = ours[w][-1]
+                    print(f"round {r + 1}: crawld, content_workers={w}: {last[0]:.0f} pages/s "
+                          f"({last[2]} pages), from the cache {last[3]:.0f} pages/s "
+                          f"({last[4]} pages); CPU ms/page: trio thread {last[6]:.2f}, "
+                          f"all {last[7]:.2f}", flush=True)  # fmt: skip
                 theirs.append(scrapy_round(args.scrapy_python, spider, site, args.concurrency))
-                print(f"round {r + 1}: crawld {ours[-1][0]:.0f} pages/s ({ours[-1][2]} pages), "
-                      f"from the cache {ours[-1][3]:.0f} pages/s ({ours[-1][4]} pages), "
-                      f"scrapy {theirs[-1][0]:.0f} pages/s ({theirs[-1][2]} pages)")  # fmt: skip
+                print(f"round {r + 1}: scrapy {theirs[-1][0]:.0f} pages/s "
+                      f"({theirs[-1][2]} pages), CPU {theirs[-1][3]:.2f} ms/page",
+                      flush=True)  # fmt: skip
     finally:
         site_proc.terminate()
         site_proc.wait(10)
 
-    if ours:
+    if theirs:
         report(args, ours, theirs)
     if args.frontier:
         print()
@@ -314,26 +397,37 @@ def main() -> int:
 
 def report(
     args: argparse.Namespace,
-    ours: list[tuple[float, float, int, float, int]],
-    theirs: list[tuple[float, float, int]],
+    ours: dict[str, list[Round]],
+    theirs: list[tuple[float, float, int, float]],
 ) -> None:
-    rate = statistics.median(r[0] for r in ours)
-    cached = statistics.median(r[3] for r in ours)
     base = statistics.median(r[0] for r in theirs)
     print(
         f"\n{args.pages}-page site, concurrency {args.concurrency}, {args.rounds} rounds (medians)"
     )
     print(
-        f"  crawld (markdown documents stored): {rate:8.0f} pages/s   "
-        f"peak RSS {statistics.median(r[1] for r in ours):6.0f} MiB"
-    )
-    print(f"  crawld again, from the cache      : {cached:8.0f} pages/s")
-    print(
         f"  scrapy (links only)               : {base:8.0f} pages/s   "
-        f"peak RSS {statistics.median(r[1] for r in theirs):6.0f} MiB"
+        f"peak RSS {statistics.median(r[1] for r in theirs):6.0f} MiB   "
+        f"CPU {statistics.median(r[3] for r in theirs):.2f} ms/page"
     )
-    print(f"  ratio crawld / scrapy             : {rate / base:8.2f}x")
-    print(f"  ratio cached pass / first pass    : {cached / rate:8.2f}x")
+    for workers, rounds in ours.items():
+        rate = statistics.median(r[0] for r in rounds)
+        cached = statistics.median(r[3] for r in rounds)
+        rss = statistics.median(r[1] for r in rounds)
+        pss = statistics.median(r[5] for r in rounds)
+        print(f"  crawld, content_workers = {workers}")
+        print(
+            f"    markdown documents stored       : {rate:8.0f} pages/s   "
+            f"peak RSS {rss:6.0f} MiB (PSS after the crawl {pss:.0f} MiB)"
+        )
+        loop = statistics.median(r[6] for r in rounds)
+        every = statistics.median(r[7] for r in rounds)
+        print(f"    CPU per page                    : {loop:8.2f} ms on the trio thread, "
+              f"{every:.2f} ms with the other threads and the workers")  # fmt: skip
+        print(f"    again, from the cache           : {cached:8.0f} pages/s")
+        per_round = statistics.median(o[0] / t[0] for o, t in zip(rounds, theirs, strict=True))
+        print(f"    ratio crawld / scrapy           : {rate / base:8.2f}x   "
+              f"(median of the rounds' ratios {per_round:.2f}x)")  # fmt: skip
+        print(f"    ratio cached pass / first pass  : {cached / rate:8.2f}x")
 
 
 if __name__ == "__main__":

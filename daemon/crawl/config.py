@@ -161,6 +161,11 @@ class CacheConfig(Section, frozen=True):
             raise ValueError("max_age and prune_every must be more than 0")
 
 
+MAX_WORKERS = 256
+"""Most `content_workers` (a typo's thousand processes would be a config error, not a fork
+storm)."""
+
+
 class CrawlConfig(Section, frozen=True):
     enabled: bool = True
     """Serve /v2/scrape, /v2/crawl, /v2/batch/scrape and /v2/map."""
@@ -184,6 +189,11 @@ class CrawlConfig(Section, frozen=True):
     """`limit` of a crawl that gives none."""
     max_running_jobs: int = 8
     """Crawl and batch jobs running at once; later ones wait their turn."""
+    content_workers: int | Literal["auto"] = "auto"
+    """Worker processes turning fetched HTML pages into documents (parsing, main content,
+    markdown, links) and reading PDFs' text layers, so the crawl uses every core: "auto" is the
+    cores crawld may use (its CPU affinity); 0 or 1 does that work in the daemon's own process.
+    Read at start."""
     render: Literal["auto", "always", "never"] = "auto"
     """With a browser: "auto" renders pages that ask for it (waitFor, actions, screenshot,
     mobile) or look script-built; "always" renders every HTML page; "never" only those that
@@ -217,6 +227,8 @@ class CrawlConfig(Section, frozen=True):
                 raise ValueError(f"{name} must be at least 1")
         if self.max_bytes < 1024:
             raise ValueError("max_bytes must be at least 1024")
+        if self.content_workers != "auto" and not 0 <= self.content_workers <= MAX_WORKERS:
+            raise ValueError(f'content_workers must be "auto" or 0 to {MAX_WORKERS}')
         if not self.user_agent.strip() or any(c in self.user_agent for c in "\r\n"):
             raise ValueError("user_agent must be one non-empty line")
 

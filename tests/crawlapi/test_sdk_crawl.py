@@ -15,7 +15,7 @@ from firecrawl.v2.types import ScrapeOptions, WebhookConfig
 from daemon.fakes.receiver import WebhookReceiver
 from daemon.fakes.site import SiteSim
 
-from .conftest import wait_finished
+from .conftest import CONFIG, wait_finished
 
 
 def source_urls(job: Any) -> list[str]:
@@ -316,3 +316,24 @@ async def test_allow_external_links_follows_one_hop_out(
     # followed (other.test does not resolve here), social links and mail never
     assert [e.code for e in external] == ["SCRAPE_DNS_RESOLUTION_ERROR"]
     assert not [e for e in errors.errors if "twitter.com" in e.url or "mailto" in e.url]
+
+
+@pytest.mark.parametrize(
+    ("crawl_config", "workers"),
+    [(CONFIG + "content_workers = 2\n", 2), (CONFIG + "content_workers = 0\n", 0)],
+)
+async def test_documents_come_from_the_content_workers(
+    fc: Firecrawl, sdk: Any, client: httpx.AsyncClient, site: SiteSim, workers: int
+) -> None:
+    _, job = await crawl(
+        fc, sdk, client, site.url("/pages/0"), limit=20, sitemap="skip",
+        crawl_entire_domain=True, include_paths=["^/pages/"],
+    )  # fmt: skip
+    assert job.status == "completed" and job.completed == 20
+    assert all(d.markdown and d.markdown.startswith("# Page") for d in job.data)
+    status = (await client.get("/status")).json()["crawl"]["content_workers"]
+    if not workers:
+        assert status is None  # made in the daemon, as before
+        return
+    assert status["size"] == 2 and 1 <= status["processes"] <= 2
+    assert status["calls"] >= 20 and status["lost"] == status["busy"] == 0

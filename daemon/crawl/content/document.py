@@ -487,6 +487,13 @@ def scrape_page(
     return document, links
 
 
+def scrape_page_of(
+    result: FetchResult, options: DocumentOptions, source_url: str, scrape_id: str
+) -> tuple[dict[str, Any], list[str]]:
+    """`scrape_page` with positional arguments: what a content worker (pool.py) is sent."""
+    return scrape_page(result, options, source_url=source_url, scrape_id=scrape_id)
+
+
 def plain_formats(formats: Any, markdown: str, shown: str) -> dict[str, Any]:
     """The formats of a document that is not an HTML page: `markdown`, `shown` as html and
     rawHtml, no links or images."""

@@ -18,6 +18,10 @@ class DocumentError(Exception):
         self.message = message
         self.status = status
 
+    def __reduce__(self) -> tuple[type[DocumentError], tuple[str, str, int]]:
+        """Pickled with its own arguments: it comes back from a content worker (pool.py)."""
+        return type(self), (self.code, self.message, self.status)
+
     @classmethod
     def empty(cls) -> DocumentError:
         return cls(UNSUPPORTED, "the file is empty", 400)

@@ -3,7 +3,9 @@
 # text), pypdf as the fallback reader for what pdf-inspector refuses (a file opened by the empty
 # password, a damaged cross-reference table), and pages rendered to grayscale bitmaps for OCR
 # (pypdfium2: PDFium, whose binary ships in the wheel). Blocking functions over bytes: the reader
-# (daemon/crawl/documents/reader.py) runs them with trio.to_thread under its limiter.
+# (daemon/crawl/documents/reader.py) runs the text layer's in a content worker process when there
+# are some (a parser crash costs that file, not the daemon), else with trio.to_thread under its
+# limiter, and the rendering for OCR with trio.to_thread.
 from __future__ import annotations
 
 import io
@@ -16,7 +18,7 @@ import pdf_inspector
 
 from daemon.crawl.documents.errors import DocumentError
 
-__all__ = ["PdfText", "read_pdf", "render_page"]
+__all__ = ["PdfText", "read_pdf", "read_pdf_of", "render_page"]
 
 logging.getLogger("pypdf").setLevel(logging.ERROR)
 
@@ -59,6 +61,11 @@ def read_pdf(body: bytes, limit: int | None, *, text: bool = True) -> PdfText:
         if page.needs_ocr or not page.markdown.strip():
             needs.add(page.page)
     return PdfText(total, (detected.title or "").strip() or None, pages, sorted(needs))
+
+
+def read_pdf_of(body: bytes, limit: int | None, text: bool) -> PdfText:
+    """`read_pdf` with positional arguments: what a content worker (pool.py) is sent."""
+    return read_pdf(body, limit, text=text)
 
 
 def _pypdf_read(body: bytes, limit: int | None, text: bool, why: str) -> PdfText:

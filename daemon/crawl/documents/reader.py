@@ -1,9 +1,11 @@
 # The one object that turns a file into a document: it sniffs nothing (the caller says the format,
-# daemon/crawl/documents/sniff.py), reads PDFs' text layers and office files in worker threads
-# under the crawl's CPU limiter, and OCRs what needs it through the configured backend, at most
-# [ocr] concurrency pages at once over the whole daemon, each page and each document bounded in
-# time (a timeout kills the engine's process) and its text cached by the file's SHA-256 unless the
-# request asked for zero data retention. Shared by scrapes, crawls, batches and /v2/parse.
+# daemon/crawl/documents/sniff.py), reads PDFs' text layers in the content worker processes when
+# there are some (daemon/crawl/content/pool.py; a parser crash costs the file, not the daemon),
+# else, like office files, in worker threads under the crawl's CPU limiter, and OCRs what needs
+# it through the configured backend, at most [ocr] concurrency pages at once over the whole
+# daemon, each page and each document bounded in time (a timeout kills the engine's process) and
+# its text cached by the file's SHA-256 unless the request asked for zero data retention. Shared
+# by scrapes, crawls, batches and /v2/parse.
 from __future__ import annotations
 
 import base64
@@ -16,12 +18,13 @@ import trio
 
 from daemon.crawl.config import OcrConfig
 from daemon.crawl.content.document import plain_formats
+from daemon.crawl.content.pool import PagePool, WorkerLost
 from daemon.crawl.documents.assemble import join_pages, page_list, page_ranges
 from daemon.crawl.documents.errors import OCR_REQUIRED, UNSUPPORTED, DocumentError
 from daemon.crawl.documents.ocr import OcrBackend, OcrCache, OcrFailed, backend_for
 from daemon.crawl.documents.office import office_markdown
 from daemon.crawl.documents.parsers import ParserPlan, PdfParser
-from daemon.crawl.documents.pdf import read_pdf, render_page
+from daemon.crawl.documents.pdf import PdfText, read_pdf, read_pdf_of, render_page
 from daemon.crawl.documents.sniff import FORMATS, image_size
 
 __all__ = ["DocumentReader", "Parsed"]
@@ -60,6 +63,8 @@ class DocumentReader:
         llm: Any = None,
     ) -> None:
         self.cpu = cpu or trio.CapacityLimiter(2)
+        self.pool: PagePool | None = None
+        """The content workers, for PDF text layers (None: worker threads)."""
         self.llm = llm
         """The daemon's LlmService, for [ocr] engine = "llm"."""
         self.cache = OcrCache(0)
@@ -113,10 +118,22 @@ class DocumentReader:
         markdown = await trio.to_thread.run_sync(office_markdown, body, fmt, limiter=self.cpu)
         return Parsed(markdown, "document")
 
+    async def _read_pdf(self, body: bytes, parser: PdfParser) -> PdfText:
+        """The text layer, in a content worker when there are some."""
+        if self.pool is None:
+            return await trio.to_thread.run_sync(
+                lambda: read_pdf(body, parser.max_pages, text=parser.mode != "ocr"),
+                limiter=self.cpu,
+            )
+        try:
+            return await self.pool.run(read_pdf_of, body, parser.max_pages, parser.mode != "ocr")
+        except WorkerLost:
+            raise DocumentError(
+                "SCRAPE_ALL_ENGINES_FAILED", "the worker reading the PDF ended before answering"
+            ) from None
+
     async def _pdf(self, body: bytes, parser: PdfParser, retain: bool) -> Parsed:
-        text = await trio.to_thread.run_sync(
-            lambda: read_pdf(body, parser.max_pages, text=parser.mode != "ocr"), limiter=self.cpu
-        )
+        text = await self._read_pdf(body, parser)
         pages = text.pages
         missing = text.needs_ocr if parser.mode != "fast" else []
         warnings: list[str] = []

@@ -1,6 +1,7 @@
 # What every crawl job, batch and /v2/scrape of one config shares: the fetcher, the per-host
-# gate, the global fetch and job limits, and the turning of fetched pages into documents (small
-# pages on the event loop, big ones in a worker thread). A reload builds a new Engine for new
+# gate, the global fetch and job limits, and the turning of fetched pages into documents (in the
+# content worker processes when there are some, daemon/crawl/content/pool.py; else small pages
+# on the event loop, big ones in a worker thread). A reload builds a new Engine for new
 # jobs (daemon/crawl/runs/service.py), so none of this is reconfigured in place. CrawlWrites is here
 # because every run of one process shares it, like the engine.
 from __future__ import annotations
@@ -15,8 +16,21 @@ from typing import Any, TypeVar
 import trio
 
 from daemon.crawl.config import CrawlConfig
-from daemon.crawl.content.document import DocumentOptions, extracts_main_content, scrape_page
-from daemon.crawl.fetching.fetch import Fetcher, FetchPolicy, FetchResult, HostGate, Resolver
+from daemon.crawl.content.document import (
+    DocumentOptions,
+    extracts_main_content,
+    scrape_page,
+    scrape_page_of,
+)
+from daemon.crawl.content.pool import PagePool, WorkerLost
+from daemon.crawl.fetching.fetch import (
+    Fetcher,
+    FetchError,
+    FetchPolicy,
+    FetchResult,
+    HostGate,
+    Resolver,
+)
 from daemon.crawl.options.models import ScrapeOptions
 from daemon.crawl.rendering.browser import BrowserPool
 from daemon.crawl.runs.pages import PageMaker, PagePlan, page_plan
@@ -94,6 +108,8 @@ class Engine:
     browser: BrowserPool | None = None
     llm: Any = None
     """The daemon's LlmService, for the json and summary formats."""
+    pool: PagePool | None = None
+    """The content workers (None: documents are made in this process)."""
     maker: PageMaker = field(init=False)
 
     def __post_init__(self) -> None:
@@ -112,6 +128,12 @@ class Engine:
         self, result: FetchResult, options: DocumentOptions, source_url: str
     ) -> tuple[dict[str, Any], list[str]]:
         scrape_id = str(uuid.uuid4())
+        if self.pool is not None:
+            try:
+                return await self.pool.run(scrape_page_of, result, options, source_url, scrape_id)
+            except WorkerLost as exc:
+                self.pages["worker_lost"] += 1
+                raise FetchError("SCRAPE_ALL_ENGINES_FAILED", str(exc), source_url) from None
         inline = EXTRACT_INLINE_BYTES if extracts_main_content(options) else INLINE_BYTES
         if len(result.body) <= inline:
             await trio.lowlevel.checkpoint()
@@ -126,6 +148,7 @@ def new_engine(
     resolver: Resolver | None = None,
     browser: BrowserPool | None = None,
     llm: Any = None,
+    pool: PagePool | None = None,
 ) -> Engine:
     gate = HostGate(config.per_host_concurrency)
     return Engine(
@@ -136,4 +159,5 @@ def new_engine(
         job_slots=trio.CapacityLimiter(config.max_running_jobs),
         browser=browser,
         llm=llm,
+        pool=pool,
     )

@@ -22,6 +22,7 @@ from daemon.clock import EpochClock, wall_ms
 from daemon.cluster import Cluster
 from daemon.crawl.cache.documents import DocumentCache
 from daemon.crawl.config import CrawlConfig, OcrConfig, ParseConfig
+from daemon.crawl.content.pool import PagePool, pool_size
 from daemon.crawl.documents.reader import DocumentReader
 from daemon.crawl.fetching.fetch import Resolver
 from daemon.crawl.fetching.proxy import VettingProxy
@@ -47,6 +48,10 @@ from daemon.store import Conn, Store
 log = get_logger("crawl")
 
 _encode = msgspec.json.Encoder().encode
+PRELOAD = ("__main__", "daemon.crawl.content.document", "daemon.crawl.documents.pdf")
+"""Imported once by the content workers' forkserver, so each worker starts as a fork of it.
+"__main__": multiprocessing runs the parent's main script (the `crawld` entry point, guarded by
+`if __name__ == "__main__"`) in each new process; imported once here, the workers skip it."""
 SCAN_S = 5.0
 """How often the running jobs are looked for without a wake-up: a job's creation wakes the scan
 of every instance (daemon/store/wake.py CRAWLS), so one created elsewhere starts here at once;
@@ -96,8 +101,12 @@ class CrawlService:
                 stealth_port=lambda: proxy.stealth_port,
             )  # fmt: skip
         self.cache = DocumentCache(config.cache, store, clock_ms)
-        self.engine = new_engine(config, resolver, self.browser, llm)
+        workers = pool_size(config.content_workers)
+        self.pool = PagePool(workers, preload=PRELOAD) if workers > 1 else None
+        """The content workers, for every engine ([crawl] content_workers is read at start)."""
+        self.engine = new_engine(config, resolver, self.browser, llm, self.pool)
         self.documents = DocumentReader(ocr, self.engine.cpu, llm)
+        self.documents.pool = self.pool
         """Files made documents (PDF text, OCR, office files) for every engine and upload."""
         self.tracker = ChangeTracker(store, clock_ms)
         self.engine.maker.cache = self.cache
@@ -129,7 +138,7 @@ class CrawlService:
             if self.proxy is not None:
                 self.proxy.resolver = resolver
         self.cache.configure(config.cache)
-        self.engine = new_engine(config, self.resolver, self.browser, self.llm)
+        self.engine = new_engine(config, self.resolver, self.browser, self.llm, self.pool)
         self.engine.maker.cache = self.cache
         self.engine.maker.tracker = self.tracker
         self.engine.maker.documents = self.documents
@@ -153,6 +162,8 @@ class CrawlService:
                 for engine in self._engines:
                     await engine.fetcher.aclose()
                 self._engines = [self.engine]
+                if self.pool is not None:
+                    await self.pool.aclose()
 
     async def _start_browser(self, nursery: trio.Nursery) -> None:
         """Start the browser and its vetting proxy, if there is one. With "auto", a first start
@@ -360,6 +371,7 @@ class CrawlService:
             "cache": await self.cache.status(),
             "change_tracking": dict(self.tracker.counts),
             "ocr": self.documents.status(),
+            "content_workers": self.pool.status() if self.pool is not None else None,
             "proxies": engine.fetcher.proxies.status(),
         }
 
