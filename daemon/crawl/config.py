@@ -189,7 +189,7 @@ class CrawlConfig(Section, frozen=True):
     """`limit` of a crawl that gives none."""
     max_running_jobs: int = 8
     """Crawl and batch jobs running at once; later ones wait their turn."""
-    content_workers: int | Literal["auto"] = "auto"
+    content_workers: int | Literal["auto"] = 0
     """Worker processes turning fetched HTML pages into documents (parsing, main content,
     markdown, links) and reading PDFs' text layers, so the crawl uses every core: "auto" is the
     cores crawld may use (its CPU affinity); 0 or 1 does that work in the daemon's own process.
