@@ -378,3 +378,9 @@ async def test_v1_extract_defaults(client: httpx.AsyncClient, shop: SiteSim) -> 
     bad = await client.post("/v1/extract", json={**body, "scrapeOptions": {"formats": ["nope"]}})
     assert bad.status_code == 400
     assert bad.json()["details"][0]["path"] == "$.scrapeOptions.formats[0]"
+    # formats are ignored (pages are read as markdown) but held to their declared rules
+    tracked = {"formats": ["markdown", "changeTracking"],
+               "changeTrackingOptions": {"schema": True}}  # fmt: skip
+    bad = await client.post("/v1/extract", json={**body, "scrapeOptions": tracked})
+    assert bad.status_code == 400, bad.text
+    assert "$.scrapeOptions.formats" in bad.text

@@ -302,11 +302,14 @@ def _page_options(
     given = request.scrapeOptions
     options = ScrapeOptions(**msgspec.structs.asdict(given)) if given else ScrapeOptions()
     warnings: list[str] = []
+    given_problems: list[Problem] = []
     if any(f not in ("markdown", {"type": "markdown"}) for f in options.formats):
         warnings.append("scrapeOptions.formats is ignored: /v2/extract reads each page as markdown")
+        # ignored, but still held to the rules the document declares for them
+        given_problems, _ = check_scrape_options(options, "$.scrapeOptions", browser=browser)
     options.formats = ["markdown"]
     more, warning = check_scrape_options(options, "$.scrapeOptions", browser=browser)
-    problems += more
+    problems += more + [p for p in given_problems if p not in more]
     if warning:
         warnings.append(warning)
     return options, warnings
