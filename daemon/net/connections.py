@@ -27,6 +27,8 @@ import httpcore
 import httpx
 import trio
 
+from daemon.net.coalesce import CoalescingBackend
+
 KEEPALIVE_S = 5.0
 """An idle connection is closed after this long (httpx's default)."""
 
@@ -73,7 +75,7 @@ class HostConnections(httpx.AsyncBaseTransport):
         """For https (None: httpcore's default context, certificates checked)."""
         self.keepalive_expiry = keepalive_expiry
         self._idle: list[httpcore.AsyncHTTPConnection] = []
-        self._backend = httpcore.TrioBackend()
+        self._backend = CoalescingBackend()
         self._closed = False
         self.opened = 0
         """Connections made so far (tests)."""
