@@ -11,7 +11,8 @@
 #   delivery tags and registers one confirmation per message in `channel.confirmations`, which is
 #   where aiormq's frame reader settles acks, nacks (also `multiple`) and mandatory returns (found
 #   through `channel.message_id_delivery_tag`), exactly as for its own publishes;
-# - the frames are marshalled with pamqp (the Basic.Publish frame once per window) and queued on
+# - the frames are marshalled as pamqp would (the Basic.Publish frame once per window, the headers
+#   and bodies by daemon/broker/frames.py, same bytes at a fraction of the CPU) and queued on
 #   the connection's writer as ONE ChannelFrame: one socket write instead of one per message, and
 #   nothing half-queued if the caller is cancelled;
 # - a confirmation is a light `_Slot` that records its message's outcome and counts down one
@@ -31,8 +32,8 @@ from typing import Any
 from aiormq import spec
 from aiormq.abc import AbstractChannel, ChannelFrame
 from pamqp import frame as pamqp_frame
-from pamqp.body import ContentBody
-from pamqp.header import ContentHeader
+
+from daemon.broker import frames
 
 _PENDING: Any = object()
 
@@ -122,12 +123,12 @@ async def publish_window(
     to_send: list[tuple[int, str]] = []  # (index, message_id) of the messages that marshalled
     for index, (props, body) in enumerate(zip(properties, bodies, strict=True)):
         try:
-            head = pamqp_frame.marshal(ContentHeader(0, len(body), props), number)
+            head = frames.content_header(number, len(body), props)
             if len(body) < max_body:
-                content = [pamqp_frame.marshal(ContentBody(body), number)] if body else []
+                content = [frames.content_body(number, body)] if body else []
             else:
                 content = [
-                    pamqp_frame.marshal(ContentBody(body[at : at + max_body]), number)
+                    frames.content_body(number, body[at : at + max_body])
                     for at in range(0, len(body), max_body)
                 ]
         except Exception as exc:  # this message alone cannot be sent (e.g. a bad header value)

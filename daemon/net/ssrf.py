@@ -38,6 +38,7 @@ import ssl
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import httpcore
 import httpx
 import msgspec
 import trio
@@ -308,6 +309,31 @@ def pinned_post(
     return httpx.Request("POST", target, content=body, headers=merged, extensions=extensions)
 
 
+def pinned_core_post(
+    url: str, vetted: Vetted, body: bytes, headers: Mapping[str, str], timeout: float
+) -> httpcore.Request:
+    """`pinned_post` as the httpcore request it becomes (same headers, Content-Length as httpx
+    adds it, same extensions), built without an httpx Request: the webhook drainer's path."""
+    target, host, auth = _pinned_target(url, vetted.ip)
+    raw = [(k.encode("ascii"), v.encode("ascii")) for k, v in headers.items()]
+    raw = [(k, v) for k, v in raw if k.lower() != b"host"]
+    raw.append((b"Host", host.encode("ascii")))
+    if auth is not None and not any(k.lower() == b"authorization" for k, _ in raw):
+        raw.append((b"Authorization", auth.encode("ascii")))
+    if not any(k.lower() == b"content-length" for k, _ in raw):
+        length = (b"Content-Length", str(len(body)).encode("ascii"))
+        raw = [*raw, length] if body else [length, *raw]  # where httpx puts it
+    extensions: dict[str, Any] = {
+        "timeout": {"connect": timeout, "read": timeout, "write": timeout, "pool": timeout}
+    }
+    if vetted.scheme == "https":
+        extensions["sni_hostname"] = vetted.host
+    core_url = httpcore.URL(
+        scheme=target.raw_scheme, host=target.raw_host, port=target.port, target=target.raw_path
+    )
+    return httpcore.Request(b"POST", core_url, headers=raw, content=body, extensions=extensions)
+
+
 class Answer(msgspec.Struct, frozen=True):
     """What the drainer needs from one answer: status, Retry-After, the start of the body."""
 
@@ -332,7 +358,9 @@ async def send_vetted(
 ) -> Answer:
     """Vet `url` (or take its address from `cache`, read at monotonic time `now`) and POST
     `body` to the vetted address through `transport` (see `new_transport`): no redirects, no
-    cookies, no client layers, one request per call.
+    cookies, no client layers, one request per call. Through the HostConnections of
+    `new_transport` the request is built as httpcore's (`pinned_core_post`) and the answer read
+    straight from it: no httpx Request, Response or stream objects per attempt.
 
     The whole attempt (resolution included) is bounded by `timeout` seconds and raises
     httpx.TimeoutException past it. At most `max_body` raw bytes of the answer are read (a longer
@@ -346,6 +374,11 @@ async def send_vetted(
             vetted = await vet_url(url, allow)
             if cache is not None:
                 cache.put(url, allow, vetted, now)
+        if isinstance(transport, HostConnections):
+            status, retry_after, content = await transport.post(
+                pinned_core_post(str(url), vetted, body, headers, timeout), max_body
+            )
+            return Answer(status, retry_after, content, vetted.ip)
         request = pinned_post(url, vetted, body, headers, timeout)
         response = await transport.handle_async_request(request)
         stream = response.stream

@@ -24,6 +24,7 @@ from daemon.net.ssrf import (
     new_client,
     new_transport,
     parse_networks,
+    pinned_core_post,
     pinned_post,
     pinned_request,
     post_vetted,
@@ -455,6 +456,46 @@ def test_pinned_post_keeps_host_and_sni_and_turns_credentials_into_basic_auth() 
     assert request.extensions["timeout"]["read"] == 5.0
     own = pinned_post("https://u:p@h.test/", vetted, b"", {"Authorization": "Bearer t"}, 1.0)
     assert own.headers.get_list("Authorization") == ["Bearer t"]
+
+
+@pytest.mark.parametrize(
+    ("url", "headers"),
+    [
+        ("https://user:p%40ss@hooks.example.com:8443/in?x=1", {"host": "evil", "X-A": "1"}),
+        ("https://u:p@h.test/", {"Authorization": "Bearer t"}),
+        ("http://127.0.0.1:8080/hook", {"webhook-id": "w", "Content-Type": "application/json"}),
+        ("http://[::1]:8080/h?q=%20", {"X-Own-Length": "9", "authorization": "x"}),
+    ],
+)
+def test_pinned_core_post_is_the_request_pinned_post_becomes(
+    url: str, headers: dict[str, str]
+) -> None:
+    # The drainer's lean path must put on the wire what the httpx path did (HostConnections
+    # turns pinned_post's request into this same httpcore request).
+    vetted = Vetted(ip="93.184.216.34", host="hooks.example.com", port=8443, scheme="https")
+    if url.startswith("http:"):
+        vetted = Vetted(ip="127.0.0.1", host="127.0.0.1", port=8080, scheme="http")
+    for body in (b"", b'{"x":1}'):
+        lean = pinned_core_post(url, vetted, body, headers, 5.0)
+        via = pinned_post(url, vetted, body, headers, 5.0)
+        assert lean.method == b"POST"
+        assert (lean.url.scheme, lean.url.host, lean.url.port, lean.url.target) == (
+            via.url.raw_scheme,
+            via.url.raw_host,
+            via.url.port,
+            via.url.raw_path,
+        )
+        assert lean.headers == via.headers.raw
+        assert lean.extensions == via.extensions
+        assert b"".join(lean.stream) == body  # type: ignore[union-attr]
+
+
+def test_pinned_core_post_refuses_a_header_httpx_refuses() -> None:
+    vetted = Vetted(ip="127.0.0.1", host="127.0.0.1", port=8080, scheme="http")
+    with pytest.raises(UnicodeEncodeError):
+        pinned_post("http://127.0.0.1:8080/", vetted, b"", {"X-A": "café"}, 1.0)
+    with pytest.raises(UnicodeEncodeError):
+        pinned_core_post("http://127.0.0.1:8080/", vetted, b"", {"X-A": "café"}, 1.0)
 
 
 async def test_send_vetted_reads_a_capped_answer(
