@@ -86,6 +86,7 @@ def routes(service: ExtractService) -> list[ApiRoute]:
                 v1_body(body) if v1 else body,
                 browser=service.crawl.browser is not None,
                 search=service.can_search,
+                llm=service,
             )
         except BadRequest as exc:
             return bad_request(exc)

@@ -384,3 +384,6 @@ async def test_v1_extract_defaults(client: httpx.AsyncClient, shop: SiteSim) -> 
     bad = await client.post("/v1/extract", json={**body, "scrapeOptions": tracked})
     assert bad.status_code == 400, bad.text
     assert "$.scrapeOptions.formats" in bad.text
+    llm_formats = {"formats": ["json", "links"], "jsonOptions": {"prompt": "p"}}
+    fine = await client.post("/v1/extract", json={**body, "scrapeOptions": llm_formats})
+    assert fine.status_code == 200, fine.text  # the [llm] extract needs serves them too

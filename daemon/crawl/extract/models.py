@@ -13,6 +13,7 @@ import msgspec
 from msgspec import Meta
 
 from daemon.config import WebhookSpec, WebhookURL
+from daemon.crawl.options.llm_formats import LlmCheck
 from daemon.crawl.options.models import (
     ScrapeOptions,
     check_scrape_options,
@@ -188,10 +189,12 @@ def schema_problems(schema: Any, path: str = "$.schema") -> list[dict[str, Any]]
     return [] if found is None else [problem(path, found)]
 
 
-def parse_extract(body: bytes, *, browser: bool = False, search: bool = False) -> ExtractPlan:
+def parse_extract(
+    body: bytes, *, browser: bool = False, search: bool = False, llm: LlmCheck | None = None
+) -> ExtractPlan:
     """The plan of a POST /v2/extract body; BadRequest with every problem found. `search`: a
     web search provider is configured ([search]); without one a request needing it (no urls, or
-    enableWebSearch) is refused."""
+    enableWebSearch) is refused. `llm`: what serves the LLM formats the scrape options name."""
     raw = json_object(body)
     problems = _raw_problems(raw)
     if problems:
@@ -200,7 +203,7 @@ def parse_extract(body: bytes, *, browser: bool = False, search: bool = False) -
     urls = request.urls or []
     problems += _request_problems(request, urls, search)
     valid, invalid = _checked_urls(request, urls, problems)
-    options, warnings = _page_options(request, browser, problems)
+    options, warnings = _page_options(request, browser, llm, problems)
     webhook, more = webhook_of(request.webhook)
     problems += more
     if problems:
@@ -295,7 +298,7 @@ def _checked_urls(
 
 
 def _page_options(
-    request: ExtractRequest, browser: bool, problems: list[Problem]
+    request: ExtractRequest, browser: bool, llm: LlmCheck | None, problems: list[Problem]
 ) -> tuple[ScrapeOptions, list[str]]:
     """The scrape options of every page (markdown only) and the warnings; their problems are
     added to `problems`."""
@@ -306,7 +309,9 @@ def _page_options(
     if any(f not in ("markdown", {"type": "markdown"}) for f in options.formats):
         warnings.append("scrapeOptions.formats is ignored: /v2/extract reads each page as markdown")
         # ignored, but still held to the rules the document declares for them
-        given_problems, _ = check_scrape_options(options, "$.scrapeOptions", browser=browser)
+        given_problems, _ = check_scrape_options(
+            options, "$.scrapeOptions", browser=browser, llm=llm
+        )
     options.formats = ["markdown"]
     more, warning = check_scrape_options(options, "$.scrapeOptions", browser=browser)
     problems += more + [p for p in given_problems if p not in more]
