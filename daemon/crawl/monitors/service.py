@@ -245,20 +245,29 @@ class MonitorService:
     # -- scheduler -------------------------------------------------------------------------
 
     async def tick(self, now_ms: int) -> int:
-        """Claim the monitors due at `now_ms` (up to [monitors] claim_batch): a check each, or a
-        `skipped_overlap` one when its previous check still runs. Returns the checks made."""
-        due = await self.store.read(
-            lambda c: mstore.due_monitors(c, now_ms, self.config.claim_batch)
-        )
+        """Claim the monitors due at `now_ms`, oldest due first, [monitors] claim_batch per
+        look and looking again at once while a full batch came back, so a backlog of thousands
+        drains in one tick: a check each, or a `skipped_overlap` one when its previous check
+        still runs. A monitor that cannot be scheduled (logged) is passed over until the next
+        tick. Returns the checks made."""
         made = 0
-        for row in due:
-            try:
-                made += await self._due(row, now_ms)
-            except DB_ERRORS:
-                raise
-            except Exception as exc:  # one bad monitor must not stop the others' schedules
-                log.error("monitor not scheduled", monitor=row.id, exc_info=exc)
-        return made
+        failed: set[str] = set()
+        while True:
+            batch = self.config.claim_batch
+            asked = batch + len(failed)
+            rows = await self.store.read(
+                lambda c: mstore.due_monitors(c, now_ms, asked)  # noqa: B023 - awaited here
+            )
+            for row in [r for r in rows if r.id not in failed][:batch]:
+                try:
+                    made += await self._due(row, now_ms)
+                except DB_ERRORS:
+                    raise
+                except Exception as exc:  # one bad monitor must not stop the others' schedules
+                    log.error("monitor not scheduled", monitor=row.id, exc_info=exc)
+                    failed.add(row.id)
+            if len(rows) < asked:
+                return made
 
     async def _due(self, row: mstore.MonitorRow, now_ms: int) -> int:
         spec = models.decode_spec(row.spec)
