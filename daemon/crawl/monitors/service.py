@@ -258,16 +258,34 @@ class MonitorService:
             rows = await self.store.read(
                 lambda c: mstore.due_monitors(c, now_ms, asked)  # noqa: B023 - awaited here
             )
-            for row in [r for r in rows if r.id not in failed][:batch]:
-                try:
-                    made += await self._due(row, now_ms)
-                except DB_ERRORS:
-                    raise
-                except Exception as exc:  # one bad monitor must not stop the others' schedules
-                    log.error("monitor not scheduled", monitor=row.id, exc_info=exc)
-                    failed.add(row.id)
+            made += await self._claim([r for r in rows if r.id not in failed][:batch], now_ms,
+                                      failed)  # fmt: skip
             if len(rows) < asked:
                 return made
+
+    async def _claim(self, rows: list[mstore.MonitorRow], now_ms: int, failed: set[str]) -> int:
+        """The rows' claims all at once, so the store commits them together (one claim after
+        the other, each waiting for its own commit, fell behind 10 due monitors a second on
+        PostgreSQL); the ids of those that cannot be scheduled go to `failed`; a store error
+        is raised once every claim has ended."""
+        made: list[int] = []
+        store_errors: list[BaseException] = []
+
+        async def one(row: mstore.MonitorRow) -> None:
+            try:
+                made.append(await self._due(row, now_ms))
+            except DB_ERRORS as exc:
+                store_errors.append(exc)
+            except Exception as exc:  # one bad monitor must not stop the others' schedules
+                log.error("monitor not scheduled", monitor=row.id, exc_info=exc)
+                failed.add(row.id)
+
+        async with trio.open_nursery() as nursery:
+            for row in rows:
+                nursery.start_soon(one, row)
+        if store_errors:
+            raise store_errors[0]
+        return sum(made)
 
     async def _due(self, row: mstore.MonitorRow, now_ms: int) -> int:
         spec = models.decode_spec(row.spec)
