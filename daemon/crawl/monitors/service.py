@@ -190,6 +190,7 @@ class MonitorService:
         spec = models.decode_spec(row.spec)
         webhook = None if spec.webhook is None else msgspec.convert(spec.webhook, WebhookSpec)
         at = self.clock_ms()
+        made: list[mstore.CheckRow] = []
 
         def setup(conn: Conn, check_id: str) -> None:
             if claim is None:
@@ -200,9 +201,11 @@ class MonitorService:
                 if not mstore.claim(conn, row.id, row.next_run_ms or 0, due_ms=claim.next_due_ms,
                                     next_run_ms=next_run, check_id=check_id, at_ms=at):  # fmt: skip
                     raise _Lost
-            mstore.insert_check(conn, mstore.CheckRow(
+            check = mstore.CheckRow(
                 check_id, row.id, "queued", trigger, row.spec, False, scheduled_ms or at,
-                None, None, None, None, None, at, at))  # fmt: skip
+                None, None, None, None, None, at, at)  # fmt: skip
+            mstore.insert_check(conn, check)
+            made[:] = [check]
 
         try:
             check_id = await self.jobs.create_job(
@@ -211,9 +214,7 @@ class MonitorService:
         except _Lost:
             return None
         self.checks_created += 1
-        check = await self.store.read(lambda c: mstore.get_check(c, check_id))
-        if check is not None:
-            self._runs.spawn(check)
+        self._runs.spawn(made[0])  # the row as committed: no read before the check starts
         return check_id
 
     async def checks(self, monitor_id: str, limit: int, offset: int, status: str | None
