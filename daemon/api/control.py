@@ -55,6 +55,9 @@ class StoreStatus(msgspec.Struct, omit_defaults=True):
     since_ms: int | None = None
     backend: str = "sqlite"
     """sqlite or postgres."""
+    reads: int = 0
+    """Reader transactions since start (with `write_jobs`: how often the daemon asks its
+    store, e.g. while idle)."""
 
 
 class Status(msgspec.Struct, omit_defaults=True):
@@ -96,6 +99,7 @@ async def build_status(daemon: Daemon) -> Status:
             reason=health.reason,
             since_ms=health.since_ms,
             backend=daemon.store.backend.name,
+            reads=s.reads,
         )
     # Sections come from every area; URLs (broker, webhooks, upstreams) and headers are redacted
     # here, once, so no area can leak a credential through /status.

@@ -97,3 +97,5 @@ class StoreStats:
     write_jobs: int = 0
     write_errors: int = 0
     largest_group: int = 0
+    reads: int = 0
+    """Calls of `Store.read` (each one reader transaction)."""

@@ -232,6 +232,7 @@ class Store:
         """Run fn(conn) on a reader connection (a consistent snapshot per call)."""
         if self._closed:
             raise StoreClosed(f"store ({self.backend.name}) is closed")
+        self.stats.reads += 1
         if self.inline:
             await trio.lowlevel.checkpoint()
             return self.backend.read(fn)

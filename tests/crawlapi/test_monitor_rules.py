@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -98,6 +99,19 @@ def test_a_repeated_local_hour_fires_once() -> None:
     assert first == int(datetime(2026, 10, 25, 0, 30, tzinfo=UTC).timestamp() * 1000)
     second = s.next_fire(cron, tz, first)
     assert second == ms("2026-10-26T02:30:00", "Europe/Paris")
+
+
+@pytest.mark.parametrize("cron", ["*/20 * * * *", "30 2 * * *", "0 1-3 * * *", "15 9 * * 1-5"])
+@pytest.mark.parametrize("after", ["2026-03-27T00:00:00", "2026-10-23T00:00:00"])
+def test_fires_walks_the_same_times_as_next_fire_through_dst(cron: str, after: str) -> None:
+    parsed, tz = s.parse_cron(cron), s.zone("Europe/Paris")
+    walked = list(itertools.islice(s.fires(parsed, tz, ms(after, "Europe/Paris")), 400))
+    at: int | None = ms(after, "Europe/Paris")
+    stepped = []
+    for _ in walked:
+        at = s.next_fire(parsed, tz, at or 0)
+        stepped.append(at)
+    assert walked == stepped and walked == sorted(set(walked))
 
 
 @pytest.mark.parametrize(

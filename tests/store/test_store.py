@@ -461,3 +461,13 @@ async def test_health_follows_disk_full_and_recovery(tmp_path: Path, group: bool
         await big()
         assert outcome[-1] == "stored"
         assert store.health() == StoreHealth(writable=True)
+
+
+async def test_reads_and_write_jobs_are_counted(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "db") as store:
+        await store.write(lambda c: c.execute("CREATE TABLE t(x INTEGER)"))
+        reads, jobs = store.stats.reads, store.stats.write_jobs
+        for x in range(3):
+            await insert_int(store, x)
+            await store.read(lambda c: c.execute("SELECT count(*) FROM t").fetchone())
+        assert (store.stats.reads - reads, store.stats.write_jobs - jobs) == (3, 3)

@@ -90,7 +90,8 @@ class MonitorConfig(Section, frozen=True):
     """The longest the scheduler sleeps between two looks for due monitors (it also wakes at
     the earliest next run and when a monitor is created or changed)."""
     claim_batch: int = 10
-    """Due monitors claimed in one look."""
+    """Due monitors claimed per store read (oldest due first); a full batch is followed by
+    another read at once, so a backlog drains in one look."""
     check_concurrency: int = 4
     """Pages of one check fetched at once (the crawl engine's limits apply over all work)."""
     crawl_limit: int = 100

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -116,36 +117,42 @@ def _exists(local: datetime, tz: ZoneInfo) -> bool:
     return back.replace(tzinfo=None) == local.replace(tzinfo=None)
 
 
-def next_fire(cron: Cron, tz: ZoneInfo, after_ms: int) -> int | None:
-    """The first fire time strictly after `after_ms` (epoch ms, minute-aligned), or None when
-    none comes within SEARCH_DAYS."""
+def fires(cron: Cron, tz: ZoneInfo, after_ms: int) -> Iterator[int]:
+    """The fire times strictly after `after_ms` (epoch ms, minute-aligned) in order, within
+    SEARCH_DAYS: one walk, each the next_fire of the one before (the existing local times of a
+    zone map to instants in the same order, a fall-back's repeat being skipped)."""
     start = datetime.fromtimestamp(after_ms / 1000, UTC).astimezone(tz)
     day = start.date() - timedelta(days=1)  # a fall-back can put a fire of yesterday after it
+    last = after_ms
     for _ in range(SEARCH_DAYS):
         if cron.day_matches(day):
             for hour in cron.hours:
                 for minute in cron.minutes:
                     local = datetime(day.year, day.month, day.day, hour, minute, tzinfo=tz)
-                    if not _exists(local, tz):
-                        continue
                     at = int(local.timestamp() * 1000)
-                    if at > after_ms:
-                        return at
+                    if at > last and _exists(local, tz):  # the cheap test first
+                        last = at
+                        yield at
         day += timedelta(days=1)
-    return None
+
+
+def next_fire(cron: Cron, tz: ZoneInfo, after_ms: int) -> int | None:
+    """The first fire time strictly after `after_ms` (epoch ms, minute-aligned), or None when
+    none comes within SEARCH_DAYS."""
+    return next(fires(cron, tz, after_ms), None)
 
 
 def shortest_gap_ms(cron: Cron, tz: ZoneInfo, from_ms: int, samples: int = 60) -> int | None:
     """The shortest time between two consecutive fires among the first `samples` after
     `from_ms` (None: fewer than two fires)."""
     gaps: list[int] = []
-    at = next_fire(cron, tz, from_ms)
-    while at is not None and len(gaps) < samples:
-        following = next_fire(cron, tz, at)
-        if following is None:
-            break
-        gaps.append(following - at)
-        at = following
+    previous: int | None = None
+    for at in fires(cron, tz, from_ms):
+        if previous is not None:
+            gaps.append(at - previous)
+            if len(gaps) == samples:
+                break
+        previous = at
     return min(gaps) if gaps else None
 
 
