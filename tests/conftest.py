@@ -73,6 +73,7 @@ CLUSTER_MODULES = {
     "tests/crawlapi/test_cluster_process.py",
     "tests/crawlapi/test_extract_cluster.py",
     "tests/crawlapi/test_lease_faults.py",
+    "tests/crawlapi/test_monitor_faults.py",
     "tests/integration/test_collector_cluster.py",
     "tests/integration/test_collector_job_survives.py",
     "tests/jobs/test_cluster_jobs.py",
