@@ -18,13 +18,14 @@ What JSON Schema cannot state (waitFor at most half of timeout; a v1 crawl's URL
 maxDepth) is told to the generator by scripts/api_fuzz_hooks.py. Two checks are configured for
 what crawld means on purpose (SCHEMATHESIS_CONFIG below): a 408 (the request's own `timeout`
 passed) answers a valid scrape, map or search, and a job read after its DELETE (a cancel, as
-Firecrawl's) is still there.
+Firecrawl's) is still there. The multipart upload (POST /v2/parse) is fuzzed in an invocation of
+its own without negative_data_rejection, which misreads its file part (PARTS below).
 
 Each run starts `crawld run` in a process of its own (a fresh state directory, an ephemeral
-port, the collector off), waits for /healthz, runs the schemathesis CLI with a HAR report, stops
-crawld and prints the operations it tested (of those the document has), the requests it made,
-its failures and errors and how long it took. The exit status is non-zero when a run has a
-failure or an error, or tested fewer operations than the document has.
+port, the collector off), waits for /healthz, runs the schemathesis CLI (PARTS) with HAR
+reports, stops crawld and prints the operations it tested (of those the document has), the
+requests it made, its failures and errors and how long it took. The exit status is non-zero
+when a run has a failure or an error, or tested fewer operations than the document has.
 """
 
 from __future__ import annotations
