@@ -234,3 +234,14 @@ async def test_a_reload_applies_ocr_and_the_upload_limit(
     formats = (await client.get("/v2/parse/formats")).json()["data"]["formats"]
     assert [f["available"] for f in formats if f["format"] == "png"] == [False]
     assert (await client.get("/status")).json()["crawl"]["ocr"]["available"] is False
+
+
+async def test_a_blank_text_file_is_a_blank_document(client: httpx.AsyncClient) -> None:
+    """One byte of white space is a file (the document's `minLength: 1` holds): a blank text
+    document, or a damaged file of the type its name says, never an "empty file" refusal (that
+    is a file of no bytes)."""
+    answer = await client.post("/v2/parse", files={"file": ("blank.txt", b"\r", "text/plain")})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["data"]["markdown"].strip() == ""
+    named = await client.post("/v2/parse", **upload(b"\r"))  # f.pdf: a damaged PDF
+    assert named.status_code == 422 and "damaged" in named.text, named.text

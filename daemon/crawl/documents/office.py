@@ -28,7 +28,7 @@ def office_markdown(body: bytes, fmt: str) -> str:
     """The markdown of `body`, a file of format `fmt` (a FORMATS name); DocumentError naming
     the problem for an empty, encrypted, damaged or oversized file."""
     what = _NAMES.get(fmt, "document")
-    if not body.strip():
+    if not body:  # no bytes; white space alone is a damaged file of its type
         raise DocumentError.empty()
     try:
         return to_markdown_bytes(body, fmt).strip()  # type: ignore[arg-type]

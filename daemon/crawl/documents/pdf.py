@@ -40,7 +40,7 @@ class PdfText:
 def read_pdf(body: bytes, limit: int | None, *, text: bool = True) -> PdfText:
     """The first `limit` pages' text layer (none read when `text` is False: every page is to be
     OCR'd); DocumentError for an empty, encrypted or unreadable file."""
-    if not body.strip():
+    if not body:  # no bytes; white space alone is a damaged file of its type
         raise DocumentError.empty()
     try:
         detected = pdf_inspector.detect_pdf_bytes(body)

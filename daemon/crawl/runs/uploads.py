@@ -38,7 +38,7 @@ async def parse_upload(
             result = FetchResult(requested_url=filename, url=filename, status_code=200,
                                  content_type=content_type, headers={}, body=body)  # fmt: skip
             if kind is None:
-                if not body.strip():
+                if not body:  # white space alone is a (blank) text document
                     raise DocumentError.empty()
                 document, _ = await engine.document(result, plan.doc, filename)
                 document["metadata"]["engine"] = "http"
