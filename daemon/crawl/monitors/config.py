@@ -13,9 +13,11 @@ import msgspec
 
 from daemon.config import is_loopback_host
 from daemon.config_types import Duration, Section
+from daemon.crawl.options.schemas import SPACE
 
 TARGET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-ADDRESS = re.compile(r"^[^@\s<>,;:\"]+@[^@\s<>,;:\"]+\.[^@\s<>,;:\"]+$")
+_PART = rf"[^@{SPACE}<>,;:\"]+"
+ADDRESS = re.compile(rf"^{_PART}@{_PART}\.{_PART}$")
 """An e-mail address as a notification takes it: no display name, nothing a header could split."""
 
 
