@@ -377,6 +377,9 @@ class Tab:
     browser: Browser
     context_id: str
     changed: set[str]
+    applied: dict[str, Any]
+    """Device metrics and user agent as last set in this tab (a render skips setting them
+    again)."""
 
 
 class BrowserPool:
@@ -431,7 +434,7 @@ class BrowserPool:
                         backoff = min(backoff * 2, 30.0)
                         continue
                     browser.slots = Slots(
-                        browser.conn, keep=self.config.tabs,
+                        browser.conn, keep=2 * self.config.tabs,
                         pages_per_context=self.config.pages_per_context,
                     )  # fmt: skip
                     try:
@@ -542,7 +545,7 @@ class BrowserPool:
             ok = False
             try:
                 slot = await browser.slots.take(port)
-                yield Tab(slot.session, browser, slot.context_id, slot.changed)
+                yield Tab(slot.session, browser, slot.context_id, slot.changed, slot.applied)
                 ok = True
             finally:
                 if slot is not None:

@@ -86,6 +86,8 @@ class Slot:
     """Why it cannot be reset ("" while it can)."""
     changed: set[str] = field(default_factory=set)
     """Page settings the last render changed (keys of UNDO)."""
+    applied: dict[str, Any] = field(default_factory=dict)
+    """Settings every render makes (device metrics, user agent), as last made."""
 
 
 def document_seen(slot: Slot, event: dict[str, Any]) -> None:
@@ -131,12 +133,14 @@ class Slots:
     def __init__(self, conn: Connection, *, keep: int, pages_per_context: int) -> None:
         self.conn = conn
         self.keep = keep
+        """Most contexts at once (pages, idle tabs and tabs being reset)."""
         self.pages_per_context = pages_per_context
         self.idle: list[Slot] = []
         self.live: dict[str, Slot] = {}
         self.counts: Counter[str] = Counter()
         self.last_disposed = ""
         """Why the last context was disposed rather than reset."""
+        self._back = trio.Event()
 
     async def watch(self) -> None:
         """Start seeing the browser's targets (call once, before the first `take`)."""
@@ -144,13 +148,24 @@ class Slots:
         await self.conn.call("Target.setDiscoverTargets", {"discover": True})
 
     async def take(self, port: int) -> Slot:
-        """A clean tab whose context uses proxy `port`: an idle one, or a new one."""
-        for index, slot in enumerate(self.idle):
-            if slot.port == port and not self.conn.is_detached(slot.session.id):
-                del self.idle[index]
-                self.counts["reused"] += 1
-                return slot
-        return await self.open(port)
+        """A clean tab whose context uses proxy `port`: an idle one, a new one while there are
+        fewer than `keep`, else the next one whose reset ends."""
+        while True:
+            for index, slot in enumerate(self.idle):
+                if slot.port == port and not self.conn.is_detached(slot.session.id):
+                    del self.idle[index]
+                    self.counts["reused"] += 1
+                    return slot
+            if len(self.live) < self.keep:
+                return await self.open(port)
+            if self.idle:  # idle, but for the other proxy (or crashed): make room
+                await self.dispose(self.idle[0], lambda: None)
+                continue
+            await self._back.wait()
+
+    def _returned(self) -> None:
+        self._back.set()
+        self._back = trio.Event()
 
     async def open(self, port: int) -> Slot:
         conn = self.conn
@@ -192,8 +207,6 @@ class Slots:
         why = "" if ok else "the page failed"
         if not why and slot.uses >= self.pages_per_context:
             why = "pages_per_context"
-        if not why and len(self.idle) >= self.keep:
-            why = "enough idle tabs"
         if not why:
             with trio.move_on_after(RESET_SECONDS):
                 try:
@@ -206,6 +219,7 @@ class Slots:
                     if not why:
                         self.idle.append(slot)
                         self.counts["reset"] += 1
+                        self._returned()
                         return
             why = why or "reset stalled"
         self.counts["disposed"] += 1
@@ -218,6 +232,7 @@ class Slots:
         if slot in self.idle:
             self.idle.remove(slot)
         self.conn.forget(slot.session.id)
+        self._returned()
         if self.conn.closed.is_set():
             return
         with trio.CancelScope(shield=True):
@@ -259,22 +274,25 @@ async def reset(conn: Connection, slot: Slot) -> str | None:
         return "documents of several origins"
     call = slot.session.call
     origins = sorted(slot.origins)
-    if origins:
-        await call("Emulation.setScriptExecutionDisabled", value=True)  # nothing writes anew
-        for local in (True, False):
-            await call("DOMStorage.clear", storageId=_storage(origins[0], local))
-            items = await call(
-                "DOMStorage.getDOMStorageItems", storageId=_storage(origins[0], local)
-            )
-            if items.get("entries"):
-                return f"web storage of {origins[0]} left"
     with slot.session.subscribe("Page.loadEventFired") as loaded:
-        await call("Page.navigate", url="about:blank")
-        await loaded.receive()  # committed: calls meet the new document, not the old one
+        # Replaced from inside: the blank page keeps the origin (and the renderer process; a
+        # navigation from the browser would swap both), so its frame reaches the storage.
+        await call("Runtime.evaluate", expression="location.replace('about:blank')")
+        await loaded.receive()
+    areas = [_storage(origin, local) for origin in origins for local in (True, False)]
+    await _all(*(functools.partial(call, "DOMStorage.clear", storageId=a) for a in areas))
+    left = await _all(
+        *(functools.partial(call, "DOMStorage.getDOMStorageItems", storageId=a) for a in areas)
+    )
+    if any(items.get("entries") for items in left):
+        return "web storage left"
     context = {"browserContextId": slot.context_id}
+    cookies, *usages = await _all(
+        functools.partial(conn.call, "Storage.getCookies", context),
+        *(functools.partial(call, "Storage.getUsageAndQuota", origin=o) for o in origins),
+    )
+    used = [o for o, usage in zip(origins, usages, strict=True) if usage.get("usage")]
     clears: list[Callable[[], Awaitable[Any]]] = [
-        functools.partial(call, "Emulation.setScriptExecutionDisabled", value=False),
-        functools.partial(call, "Network.clearBrowserCookies"),
         functools.partial(call, "Network.clearBrowserCache"),
         functools.partial(conn.call, "Browser.resetPermissions", context),
         functools.partial(call, "Page.resetNavigationHistory"),
@@ -282,31 +300,35 @@ async def reset(conn: Connection, slot: Slot) -> str | None:
         *(functools.partial(call, UNDO[key][0], **UNDO[key][1]) for key in sorted(slot.changed)),
         *(
             functools.partial(call, "Storage.clearDataForOrigin", origin=origin, storageTypes=ALL)
-            for origin in origins
+            for origin in used
         ),
     ]
+    if cookies.get("cookies"):
+        clears.append(functools.partial(call, "Network.clearBrowserCookies"))
     await _all(*clears)
     if slot.foreign:  # something ran until the page was replaced
         return slot.foreign
-    return await _check(conn, slot, origins)
+    return await _check(conn, slot, used, bool(cookies.get("cookies")))
 
 
 def _storage(origin: str, local: bool) -> dict[str, Any]:
     return {"securityOrigin": origin, "isLocalStorage": local}
 
 
-async def _check(conn: Connection, slot: Slot, origins: list[str]) -> str | None:
+async def _check(conn: Connection, slot: Slot, cleared: list[str], cookies: bool) -> str | None:
+    """After the clears: no target but the tab (a worker could write anew), and what was
+    cleared (`cleared` origins' storage, the `cookies`) gone."""
     checks: list[Callable[[], Awaitable[Any]]] = [
-        functools.partial(conn.call, "Storage.getCookies", {"browserContextId": slot.context_id}),
         functools.partial(conn.call, "Target.getTargets"),
+        functools.partial(conn.call, "Storage.getCookies", {"browserContextId": slot.context_id}),
         *(
             functools.partial(slot.session.call, "Storage.getUsageAndQuota", origin=origin)
-            for origin in origins
+            for origin in cleared
         ),
     ]
-    cookies, targets, *usages = await _all(*checks)
-    if cookies.get("cookies"):
-        return "cookies left"
+    if not cookies and not cleared:
+        checks = checks[:1]
+    targets, *rest = await _all(*checks)
     others = [
         t for t in targets.get("targetInfos", [])
         if t.get("browserContextId") == slot.context_id
@@ -315,7 +337,9 @@ async def _check(conn: Connection, slot: Slot, origins: list[str]) -> str | None
     ]  # fmt: skip
     if others:
         return f"a {others[0].get('type', '?')} target left"
-    for origin, usage in zip(origins, usages, strict=True):
+    if rest and rest[0].get("cookies"):
+        return "cookies left"
+    for origin, usage in zip(cleared, rest[1:], strict=True):
         if usage.get("usage"):
             return f"storage of {origin} left"
     slot.origins.clear()

@@ -171,10 +171,13 @@ async def _render(tab: Tab, url: str, spec: RenderSpec) -> Rendered:
     if spec.screenshot is not None and spec.screenshot.viewport is not None:
         width, height = spec.screenshot.viewport
     scale = rr.MOBILE_SCALE if spec.mobile else 1.0
-    await session.call(
-        "Emulation.setDeviceMetricsOverride",
-        width=width, height=height, deviceScaleFactor=scale, mobile=spec.mobile,
-    )  # fmt: skip
+    # A reused tab keeps these two from its last page: sent only when they differ.
+    metrics = {"width": width, "height": height, "deviceScaleFactor": scale, "mobile": spec.mobile}
+    if tab.applied.get("metrics") != metrics:
+        await session.call("Emulation.setDeviceMetricsOverride", **metrics)
+        tab.applied["metrics"] = metrics
+    if any(isinstance(a, rr.Screenshot) and a.viewport for a in spec.actions):
+        del tab.applied["metrics"]  # an action will change them
     if spec.mobile:
         tab.changed.add("touch")
         await session.call("Emulation.setTouchEmulationEnabled", enabled=True, maxTouchPoints=5)
@@ -185,7 +188,9 @@ async def _render(tab: Tab, url: str, spec: RenderSpec) -> Rendered:
         agent["acceptLanguage"] = rr.accept_language(list(spec.languages))
         tab.changed.add("locale")
         await session.call("Emulation.setLocaleOverride", locale=spec.languages[0])
-    await session.call("Emulation.setUserAgentOverride", **agent)
+    if tab.applied.get("agent") != agent:
+        await session.call("Emulation.setUserAgentOverride", **agent)
+        tab.applied["agent"] = agent
     if spec.skip_tls_verification:
         tab.changed.add("tls")
         await session.call("Security.setIgnoreCertificateErrors", ignore=True)
