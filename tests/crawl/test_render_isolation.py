@@ -154,7 +154,7 @@ async def test_no_state_of_one_scrape_reaches_the_next(
     slots = pool._current.slots  # type: ignore[union-attr]
     assert slots is not None
     assert slots.last_disposed == ("" if pages_per_context > 1 else "pages_per_context")
-    assert [s.target_id for s in slots.idle] == ([first] if pages_per_context > 1 else [])
+    assert (first in [s.target_id for s in slots.idle]) is (pages_per_context > 1)
 
     spec = RenderSpec(timeout=20, actions=(rr.ExecuteJavascript(script=STATE),))
     rendered = await render(pool, origin + "/look", spec)
@@ -223,3 +223,37 @@ def test_other_targets_of_a_tabs_context() -> None:
 )
 def test_origin_of(url: str, origin: str | None) -> None:
     assert origin_of(url) == origin
+
+
+PROBE = """({
+  width: innerWidth,
+  touch: navigator.maxTouchPoints,
+  language: navigator.language,
+  mobile: navigator.userAgent.includes('Mobile'),
+})"""
+
+
+@pytest.mark.browser
+async def test_page_settings_do_not_carry_over_to_the_next_page(nursery: trio.Nursery) -> None:
+    """A reused tab: the phone, locale and viewport of one render are not the next one's."""
+    site = StatefulSite()
+    _, port = await nursery.start(functools.partial(serve_app, site.app(), "127.0.0.1:0"))
+    pool = (await start_browser(nursery, tabs=1)).pool
+    url = f"http://127.0.0.1:{port}/look"
+    actions = (rr.ExecuteJavascript(script=PROBE),)
+
+    async def probe(**spec: Any) -> Any:
+        rendered = await render(pool, url, RenderSpec(timeout=20, actions=actions, **spec))
+        assert rendered.actions is not None
+        await _settled(pool)
+        return rendered.actions["javascriptReturns"][0]["value"]
+
+    desktop = await probe()
+    phone = await probe(mobile=True, languages=("de-DE",))
+    assert (phone["touch"], phone["language"], phone["mobile"]) == (5, "de-DE", True)
+    assert phone["width"] != desktop["width"]
+    assert await probe() == desktop
+    assert desktop["width"] == rr.DESKTOP_VIEWPORT[0] and desktop["touch"] == 0
+    assert desktop["language"] != "de-DE" and not desktop["mobile"]
+    assert pool._current.slots.counts["reused"] == 2  # type: ignore[union-attr]
+    nursery.cancel_scope.cancel()

@@ -442,6 +442,9 @@ class BrowserPool:
                     except (CdpClosed, CdpError) as exc:
                         log.error("browser does not report its targets", error=str(exc))
                         browser.kill()
+                    nursery.start_soon(
+                        browser.slots.prewarm, self._proxy_port(), browser.slots.keep
+                    )
                     self.counts["started"] += 1
                     self._current = browser
                     self._ready.set()

@@ -141,33 +141,60 @@ class Slots:
         self.last_disposed = ""
         """Why the last context was disposed rather than reset."""
         self._back = trio.Event()
+        self._opening = 0
 
     async def watch(self) -> None:
         """Start seeing the browser's targets (call once, before the first `take`)."""
         self.conn.observe(None, functools.partial(target_seen, self.live))
         await self.conn.call("Target.setDiscoverTargets", {"discover": True})
 
+    async def prewarm(self, port: int, count: int) -> None:
+        """Open `count` tabs ahead of demand (a browser's first pages then skip the renderer's
+        start); a failure leaves it to `take`."""
+
+        async def one() -> None:
+            try:
+                self.idle.append(await self.open(port))
+            except (CdpClosed, CdpError):
+                pass
+            finally:
+                self._returned()
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(min(count, self.keep)):
+                nursery.start_soon(one)
+
     async def take(self, port: int) -> Slot:
         """A clean tab whose context uses proxy `port`: an idle one, a new one while there are
         fewer than `keep`, else the next one whose reset ends."""
         while True:
-            for index, slot in enumerate(self.idle):
+            if self.conn.closed.is_set():
+                raise CdpClosed("the browser is not running")
+            for slot in reversed(self.idle):  # the last given back first: it is warm
                 if slot.port == port and not self.conn.is_detached(slot.session.id):
-                    del self.idle[index]
-                    self.counts["reused"] += 1
+                    self.idle.remove(slot)
+                    self.counts["reused" if slot.uses else "prewarmed"] += 1
                     return slot
-            if len(self.live) < self.keep:
+            if len(self.live) + self._opening < self.keep:
                 return await self.open(port)
             if self.idle:  # idle, but for the other proxy (or crashed): make room
                 await self.dispose(self.idle[0], lambda: None)
                 continue
-            await self._back.wait()
+            with trio.move_on_after(RESET_SECONDS):  # also sees a browser that closed
+                await self._back.wait()
 
     def _returned(self) -> None:
         self._back.set()
         self._back = trio.Event()
 
     async def open(self, port: int) -> Slot:
+        self._opening += 1
+        try:
+            return await self._open(port)
+        finally:
+            self._opening -= 1
+
+    async def _open(self, port: int) -> Slot:
         conn = self.conn
         context_id = (
             await conn.call(
@@ -193,7 +220,11 @@ class Slots:
             await session.call("Page.enable")
             await session.call("Network.enable")
         except BaseException:
-            with trio.CancelScope(shield=True), contextlib.suppress(CdpClosed, CdpError):
+            with (
+                trio.CancelScope(shield=True),
+                trio.move_on_after(RESET_SECONDS),
+                contextlib.suppress(CdpClosed, CdpError),
+            ):
                 await self._dispose_context(context_id)
             raise
         self.counts["opened"] += 1
