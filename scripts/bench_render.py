@@ -1,15 +1,18 @@
-"""Rendering throughput and memory: crawld's browser engine next to a minimal Playwright script
-(scripts/render_baseline.py, its own process and interpreter, nothing from crawld) rendering the
-same script-built pages with the same Chromium and the same number of tabs. Not a test.
+"""Rendering throughput and memory: crawld's browser engine next to two floors from a minimal
+DevTools client of its own (scripts/render_baseline.py: its own process, the standard library
+only, nothing from crawld) rendering the same script-built pages with the same Chromium and the
+same number of tabs: `fresh`, a new browser context per page (isolation paid in full), and
+`reuse`, the same tabs navigated from page to page (no isolation: the fastest this browser goes).
+Not a test.
 
-Each round, for 4 and 8 tabs: a fresh `crawld run` with [crawl.browser] (tabs = N) batch-scrapes
-the site's /js/bench/{i} pages (render "auto": each page is fetched over HTTP, found script-built
-and rendered; and render "always": rendered straight away), timed from the POST to `completed`;
-peak memory is the PSS sum of crawld and every process of its browser. Then the baseline renders
-the same URLs.
-Also the screenshot rate (formats ["screenshot"]) at 4 tabs. Medians over rounds, ratios printed.
+Each round: a fresh `crawld run` with [crawl.browser] (tabs = N, and pages_per_context as
+configured, 50 by default) batch-scrapes the site's /js/bench/{i} pages (render "auto": each page
+is fetched over HTTP, found script-built and rendered; or "always"), timed from the POST to
+`completed`; peak memory is the PSS sum of crawld and every process of its browser. The same
+with pages_per_context = 1 (a new context per page, as before issue 36). Then both floors render
+the same URLs. Rounds are interleaved; medians over rounds and ratios are printed.
 
-    python scripts/bench_render.py --playwright-python /path/to/venv/bin/python [--pages 200]
+    python scripts/bench_render.py [--pages 40] [--tabs 4] [--rounds 3] [--render auto]
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ class Sampler:
 
 
 def crawld_round(
-    urls: list[str], tabs: int, render: str, formats: list[str]
+    urls: list[str], tabs: int, render: str, formats: list[str], pages_per_context: int
 ) -> tuple[float, float]:
     with tempfile.TemporaryDirectory(prefix="bench-render-") as tmp:
         port = free_port()
@@ -108,6 +111,7 @@ def crawld_round(
             tabs = {tabs}
             sandbox = {sandbox}
             restart_after = 100000
+            pages_per_context = {pages_per_context}
             """)
         )
         env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
@@ -115,48 +119,60 @@ def crawld_round(
             [sys.executable, "-m", "daemon", "run", "--config", str(config)], cwd=ROOT, env=env
         )
         try:
-            base = f"http://127.0.0.1:{port}"
-            wait_up(base + "/healthz")
-            sampler = Sampler(proc.pid)
-            with httpx.Client(base_url=base, trust_env=False, timeout=120) as client:
-                t0 = time.perf_counter()
-                body = {"urls": urls, "formats": formats, "maxConcurrency": tabs}
-                job = client.post("/v2/batch/scrape", json=body).json()["id"]
-                while (status := client.get(f"/v2/batch/scrape/{job}", params={"limit": 1}).json())[
-                    "status"
-                ] == "scraping":
-                    time.sleep(0.05)
-                seconds = time.perf_counter() - t0
-                peak = sampler.stop()
-                if status["completed"] != len(urls):
-                    errors = client.get(f"/v2/batch/scrape/{job}/errors").json()["errors"][:3]
-                    sys.exit(f"crawld rendered {status['completed']} of {len(urls)}: {errors}")
-                sample = client.get(f"/v2/batch/scrape/{job}", params={"limit": 1}).json()["data"][
-                    0
-                ]
-                assert sample["metadata"]["engine"] == "browser", sample["metadata"]
+            return _batch(f"http://127.0.0.1:{port}", proc.pid, urls, formats, tabs)
         finally:
             proc.terminate()
             proc.wait(30)
+
+
+def _batch(
+    base: str, pid: int, urls: list[str], formats: list[str], tabs: int
+) -> tuple[float, float]:
+    wait_up(base + "/healthz")
+    sampler = Sampler(pid)
+    with httpx.Client(base_url=base, trust_env=False, timeout=120) as client:
+        t0 = time.perf_counter()
+        body = {"urls": urls, "formats": formats, "maxConcurrency": tabs}
+        job = client.post("/v2/batch/scrape", json=body).json()["id"]
+        while (status := client.get(f"/v2/batch/scrape/{job}", params={"limit": 1}).json())[
+            "status"
+        ] == "scraping":
+            time.sleep(0.05)
+        seconds = time.perf_counter() - t0
+        peak = sampler.stop()
+        if status["completed"] != len(urls):
+            errors = client.get(f"/v2/batch/scrape/{job}/errors").json()["errors"][:3]
+            sys.exit(f"crawld rendered {status['completed']} of {len(urls)}: {errors}")
+        sample = client.get(f"/v2/batch/scrape/{job}", params={"limit": 1}).json()["data"][0]
+        assert sample["metadata"]["engine"] == "browser", sample["metadata"]
     return len(urls) / seconds, peak
 
 
-def baseline_round(python: str, executable: str, urls: list[str], tabs: int) -> tuple[float, float]:
+def baseline_round(mode: str, executable: str, urls: list[str], tabs: int) -> tuple[float, float]:
     out = subprocess.run(
-        [python, str(ROOT / "scripts" / "render_baseline.py"), executable, str(tabs), *urls],
+        [sys.executable, str(ROOT / "scripts" / "render_baseline.py"), mode, executable,
+         str(tabs), *urls],
         capture_output=True, text=True, check=True, timeout=600,
     )  # fmt: skip
     result = json.loads(out.stdout.strip().splitlines()[-1])
     return result["pages"] / result["seconds"], result["peak_mib"]
 
 
+ROWS = (
+    ("crawld", "crawld (reused tabs)"),
+    ("crawld1", "crawld (context per page)"),
+    ("fresh", "floor: fresh context"),
+    ("reuse", "floor: reused tabs"),
+)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--playwright-python", required=True,
-                        help="an interpreter with playwright installed (the baseline)")  # fmt: skip
-    parser.add_argument("--pages", type=int, default=200)
+    parser.add_argument("--pages", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--tabs", type=int, nargs="*", default=[4, 8])
+    parser.add_argument("--tabs", type=int, default=4)
+    parser.add_argument("--render", choices=["auto", "always"], default="auto")
+    parser.add_argument("--pages-per-context", type=int, default=50)
     args = parser.parse_args()
     executable = browser_path()
     site_port = free_port()
@@ -168,26 +184,23 @@ def main() -> int:
     try:
         wait_up(f"http://127.0.0.1:{site_port}/robots.txt")
         urls = [f"http://127.0.0.1:{site_port}/js/bench/{i}" for i in range(args.pages)]
-        print(f"{args.pages} script-built pages, {executable}, {args.rounds} rounds (medians)")
-        for tabs in args.tabs:
-            rows: dict[str, list[tuple[float, float]]] = {"auto": [], "always": [], "pw": []}
-            for _ in range(args.rounds):  # interleaved, so load on the machine hits all alike
-                rows["auto"].append(crawld_round(urls, tabs, "auto", ["markdown"]))
-                rows["always"].append(crawld_round(urls, tabs, "always", ["markdown"]))
-                rows["pw"].append(baseline_round(args.playwright_python, executable, urls, tabs))
-            med = {k: (statistics.median(r for r, _ in v), statistics.median(m for _, m in v))
-                   for k, v in rows.items()}  # fmt: skip
-            pw_rate, pw_mem = med["pw"]
-            print(f"\n{tabs} tabs:        pages/s   peak MiB   vs Playwright")
-            for name, label in (("auto", "crawld auto"), ("always", "crawld always"),
-                                ("pw", "Playwright")):  # fmt: skip
-                rate, mem = med[name]
-                print(f"  {label:<14} {rate:7.1f}   {mem:8.0f}   {rate / pw_rate:5.2f}x pages/s,"
-                      f" {mem / pw_mem:4.2f}x memory")  # fmt: skip
-        shots = [crawld_round(urls[:100], 4, "auto", ["screenshot"]) for _ in range(args.rounds)]
-        print(
-            f"\nscreenshots (1920x1080 PNG, 4 tabs): {statistics.median(r for r, _ in shots):.1f}/s"
-        )
+        print(f"{args.pages} script-built pages, {args.tabs} tabs, render {args.render!r}, "
+              f"{executable}, {args.rounds} interleaved rounds (medians)")  # fmt: skip
+        rows: dict[str, list[tuple[float, float]]] = {name: [] for name, _ in ROWS}
+        for n in range(args.rounds):  # interleaved, so load on the machine hits all alike
+            ppc = args.pages_per_context
+            rows["crawld"].append(crawld_round(urls, args.tabs, args.render, ["markdown"], ppc))
+            rows["crawld1"].append(crawld_round(urls, args.tabs, args.render, ["markdown"], 1))
+            rows["fresh"].append(baseline_round("fresh", executable, urls, args.tabs))
+            rows["reuse"].append(baseline_round("reuse", executable, urls, args.tabs))
+            print(f"round {n + 1}: " + ", ".join(f"{k} {v[-1][0]:.1f}/s" for k, v in rows.items()))
+        med = {k: (statistics.median(r for r, _ in v), statistics.median(m for _, m in v))
+               for k, v in rows.items()}  # fmt: skip
+        print("\n                             pages/s   peak MiB   vs fresh   vs reuse")
+        for name, label in ROWS:
+            rate, mem = med[name]
+            print(f"  {label:<26} {rate:7.1f}   {mem:8.0f}   {rate / med['fresh'][0]:6.2f}x"
+                  f"   {rate / med['reuse'][0]:6.2f}x")  # fmt: skip
     finally:
         site.terminate()
         site.wait(10)

@@ -1,22 +1,52 @@
-"""The rendering benchmark's baseline: a minimal Playwright script, run in its own process with
-its own interpreter (a virtualenv with `playwright`; crawld does not depend on it) and importing
-nothing from crawld. It renders the same URLs with the same Chromium and the same number of tabs
-as crawld: one fresh browser context per page (the isolation crawld gives each page), `goto`
-until `load`, then the DOM as HTML. Prints a JSON line: pages, seconds, peak memory (PSS) of itself,
-its Node driver and the browser (MiB).
+"""The rendering benchmark's floors: a minimal DevTools client of its own (the standard library
+only, nothing from crawld), run in its own process. It drives the same Chromium over
+`--remote-debugging-pipe` with the same number of tabs and renders the given URLs:
+navigate, wait for `load`, read the DOM as HTML. Two ways:
 
-    python scripts/render_baseline.py EXECUTABLE TABS URL [URL...]
+- `fresh`: a new browser context (and so a new tab and renderer) per page, disposed after it:
+  the isolation a scrape is owed, paid in full;
+- `reuse`: `TABS` tabs made once, each navigating to page after page: no isolation at all, the
+  fastest a client can drive this browser (the floor crawld's isolated rendering is held to).
+
+Prints a JSON line: pages, seconds, peak memory (PSS) of itself and the browser (MiB).
+
+    python scripts/render_baseline.py {fresh,reuse} EXECUTABLE TABS URL [URL...]
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import itertools
 import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
+
+FLAGS = [
+    "--headless",
+    "--remote-debugging-pipe",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-extensions",
+    "--disable-background-timer-throttling",
+    "--disable-backgrounding-occluded-windows",
+    "--disable-renderer-backgrounding",
+    "--mute-audio",
+    "--hide-scrollbars",
+    "--password-store=basic",
+]
+HTML = "document.documentElement.outerHTML"
 
 
 def _pss(entry: Path, page: int) -> int:
@@ -53,49 +83,171 @@ def tree_rss(root: int) -> int:
     return total
 
 
-async def main() -> None:
-    from playwright.async_api import async_playwright
+class Cdp:
+    """JSON messages ending in NUL: commands to the browser's fd 3, answers and events from
+    its fd 4 (read in a thread, handed to the event loop)."""
 
-    executable, tabs, urls = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+    def __init__(self, write_fd: int, read_fd: int) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.write = os.fdopen(write_fd, "wb", buffering=0)
+        self.ids = itertools.count(1)
+        self.calls: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.loads: dict[str, asyncio.Event] = {}
+        threading.Thread(target=self._read, args=(read_fd,), daemon=True).start()
+
+    def _read(self, fd: int) -> None:
+        buffer = b""
+        with os.fdopen(fd, "rb", buffering=0) as pipe, contextlib.suppress(RuntimeError):
+            # RuntimeError: the loop is closed (the run is over, the browser closing)
+            while chunk := pipe.read(1 << 16):
+                buffer += chunk
+                *messages, buffer = buffer.split(b"\0")
+                for raw in messages:
+                    self.loop.call_soon_threadsafe(self._dispatch, json.loads(raw))
+            self.loop.call_soon_threadsafe(self._closed)
+
+    def _closed(self) -> None:
+        for future in self.calls.values():
+            future.set_exception(RuntimeError("the browser closed its pipe"))
+        self.calls.clear()
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        if "id" in message:
+            future = self.calls.pop(message["id"])
+            if "error" in message:
+                future.set_exception(RuntimeError(str(message["error"])))
+            else:
+                future.set_result(message.get("result", {}))
+        elif message.get("method") == "Page.loadEventFired":
+            event = self.loads.get(message.get("sessionId", ""))
+            if event is not None:
+                event.set()
+
+    async def call(self, method: str, session: str = "", **params: Any) -> dict[str, Any]:
+        ident = next(self.ids)
+        message: dict[str, Any] = {"id": ident, "method": method, "params": params}
+        if session:
+            message["sessionId"] = session
+        future = self.calls[ident] = self.loop.create_future()
+        self.write.write(json.dumps(message).encode() + b"\0")
+        return await future
+
+    async def open_tab(self, context: str = "") -> str:
+        params = {"browserContextId": context} if context else {}
+        target = await self.call("Target.createTarget", url="about:blank", **params)
+        attached = await self.call(
+            "Target.attachToTarget", targetId=target["targetId"], flatten=True
+        )
+        session = str(attached["sessionId"])
+        self.loads[session] = asyncio.Event()
+        await self.call("Page.enable", session)
+        return session
+
+    async def load(self, session: str, url: str) -> str:
+        loaded = self.loads[session]
+        loaded.clear()
+        await self.call("Page.navigate", session, url=url)
+        await loaded.wait()
+        answer = await self.call("Runtime.evaluate", session, expression=HTML, returnByValue=True)
+        html = str(answer["result"]["value"])
+        assert "<h1>" in html, html[:200]
+        return html
+
+
+async def render(cdp: Cdp, mode: str, tabs: int, urls: list[str]) -> int:
+    queue = list(reversed(urls))
+    done = 0
+
+    async def fresh() -> None:
+        nonlocal done
+        while queue:
+            url = queue.pop()
+            context = (await cdp.call("Target.createBrowserContext"))["browserContextId"]
+            session = await cdp.open_tab(context)
+            await cdp.load(session, url)
+            await cdp.call("Target.disposeBrowserContext", browserContextId=context)
+            cdp.loads.pop(session)
+            done += 1
+
+    async def reuse(session: str) -> None:
+        nonlocal done
+        while queue:
+            await cdp.load(session, queue.pop())
+            done += 1
+
+    if mode == "fresh":
+        await asyncio.gather(*(fresh() for _ in range(tabs)))
+    else:
+        sessions = [await cdp.open_tab() for _ in range(tabs)]
+        t0 = time.perf_counter()  # the tabs are made before the clock starts: reuse's best case
+        await asyncio.gather(*(reuse(s) for s in sessions))
+        return int((time.perf_counter() - t0) * 1e9)
+    return 0
+
+
+def launch(executable: str, udd: str) -> tuple[subprocess.Popen[bytes], int, int]:
+    """Chromium with DevTools on its fds 3 and 4: (process, fd writing to 3, fd reading 4)."""
+    to_child_r, to_child_w = os.pipe()
+    from_child_r, from_child_w = os.pipe()
+    # High, close-on-exec copies for the child to dup2 onto 3 and 4 (no collision possible).
+    child_r = fcntl.fcntl(to_child_r, fcntl.F_DUPFD_CLOEXEC, 10)
+    child_w = fcntl.fcntl(from_child_w, fcntl.F_DUPFD_CLOEXEC, 10)
+    os.close(to_child_r)
+    os.close(from_child_w)
+    args = [executable, *FLAGS, f"--user-data-dir={udd}"]
+    if os.geteuid() == 0:
+        args.append("--no-sandbox")
+
+    def fds() -> None:
+        os.dup2(child_r, 3)
+        os.dup2(child_w, 4)
+
+    browser = subprocess.Popen(
+        [*args, "about:blank"], preexec_fn=fds, close_fds=False,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    os.close(child_r)
+    os.close(child_w)
+    return browser, to_child_w, from_child_r
+
+
+async def drive(write_fd: int, read_fd: int, mode: str, tabs: int, urls: list[str]) -> float:
+    """Render `urls`; the seconds it took."""
+    cdp = Cdp(write_fd, read_fd)
+    await cdp.call("Browser.getVersion")
+    t0 = time.perf_counter()
+    timed = await render(cdp, mode, tabs, urls)
+    seconds = timed / 1e9 if timed else time.perf_counter() - t0
+    await cdp.call("Browser.close")
+    return seconds
+
+
+def main() -> None:
+    mode, executable, tabs, urls = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+    assert mode in ("fresh", "reuse"), mode
     peak = 0
     stop = threading.Event()
 
-    def sample() -> None:
+    def sample(pid: int) -> None:
         nonlocal peak
         while not stop.is_set():
-            peak = max(peak, tree_rss(os.getpid()))
+            peak = max(peak, tree_rss(pid))
             time.sleep(0.1)
 
-    sampler = threading.Thread(target=sample, daemon=True)
+    udd = tempfile.mkdtemp(prefix="render-baseline-")
+    browser, write_fd, read_fd = launch(executable, udd)
+    sampler = threading.Thread(target=sample, args=(os.getpid(),), daemon=True)
     sampler.start()
-    args = ["--no-sandbox"] if os.geteuid() == 0 else []
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=executable, args=args)
-        queue: asyncio.Queue[str] = asyncio.Queue()
-        for url in urls:
-            queue.put_nowait(url)
-        done = 0
-
-        async def worker() -> None:
-            nonlocal done
-            while not queue.empty():
-                url = queue.get_nowait()
-                context = await browser.new_context()
-                page = await context.new_page()
-                await page.goto(url, wait_until="load")
-                html = await page.content()
-                assert "<h1>" in html
-                await context.close()
-                done += 1
-
-        t0 = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(tabs)))
-        seconds = time.perf_counter() - t0
-        await browser.close()
-    stop.set()
-    sampler.join()
-    print(json.dumps({"pages": done, "seconds": seconds, "peak_mib": peak / 2**20}))
+    try:
+        seconds = asyncio.run(drive(write_fd, read_fd, mode, tabs, urls))
+        browser.wait(10)
+    finally:
+        stop.set()
+        sampler.join()
+        browser.kill()
+        shutil.rmtree(udd, ignore_errors=True)
+    print(json.dumps({"pages": len(urls), "seconds": seconds, "peak_mib": peak / 2**20}))
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    main()

@@ -72,6 +72,11 @@ class BrowserConfig(Section, frozen=True):
     browser is restarted once its pages finish (at 1.5x it is killed at once, its pages fail)."""
     restart_after: int = 500
     """Pages rendered by one browser process before it is replaced by a fresh one."""
+    pages_per_context: int = 50
+    """Pages one tab (a browser context of its own) renders before its context is disposed;
+    between two, the tab is reset and the reset checked (cookies, storage, caches, service
+    workers, permissions, history), or the context disposed when it cannot be. 1: a new
+    context for every page."""
     sandbox: bool | Literal["auto"] = "auto"
     """Chromium's own sandbox. It cannot run as root: "auto" uses it unless crawld runs as root
     (then without, with a warning); true: always (as root, a start-up error); false: never (a
@@ -80,8 +85,8 @@ class BrowserConfig(Section, frozen=True):
     """Tallest full-page screenshot in CSS pixels (longer pages are cut)."""
 
     def __post_init__(self) -> None:
-        if self.tabs < 1 or self.restart_after < 1:
-            raise ValueError("tabs and restart_after must be at least 1")
+        if self.tabs < 1 or self.restart_after < 1 or self.pages_per_context < 1:
+            raise ValueError("tabs, restart_after and pages_per_context must be at least 1")
         if self.max_memory < 64 * 1024 * 1024:
             raise ValueError("max_memory must be at least 64 MiB (67108864)")
 

@@ -204,8 +204,10 @@ async def test_auto_renders_again_through_the_stealth_pool_after_a_403(
     basic, stealth = await start_fwd(nursery), await start_fwd(nursery)
     upstream = pools([basic.url], [stealth.url])
     vetting = await start_vetting(nursery, upstream)
-    pool = BrowserPool(browser_config(), lambda: vetting.port, lambda: vetting.closed_port,
-                       stealth_port=lambda: vetting.stealth_port)  # fmt: skip
+    # A context per page: a reused tab would carry /pages/1 on the 403 page's kept-alive
+    # connection, and the count below is of connections.
+    pool = BrowserPool(browser_config(pages_per_context=1), lambda: vetting.port,
+                       lambda: vetting.closed_port, stealth_port=lambda: vetting.stealth_port)  # fmt: skip
     await nursery.start(pool.run)
 
     async def document(

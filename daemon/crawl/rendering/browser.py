@@ -1,6 +1,7 @@
 # The supervised headless Chromium. One browser process at a time, driven over its DevTools pipe
-# (daemon/crawl/rendering/cdp.py); each page gets its own browser context (cookies, storage and
-# cache of its own, disposed with the tab), at most `tabs` at once.
+# (daemon/crawl/rendering/cdp.py); each page gets a tab of a browser context of its own (cookies,
+# storage and cache of its own), at most `tabs` at once: a tab reused after a verified reset, or a
+# new context (daemon/crawl/rendering/isolation.py).
 #
 # Lifetimes: the browser is replaced after `restart_after` pages or when its processes use more
 # than `max_memory` (it first stops taking pages and finishes the ones it has; at 1.5x it is
@@ -35,6 +36,7 @@ import trio
 
 from daemon.crawl.config import BrowserConfig, find_browser
 from daemon.crawl.rendering.cdp import CdpClosed, CdpError, Connection, Session
+from daemon.crawl.rendering.isolation import Slot, Slots
 from daemon.logs import get_logger
 
 log = get_logger("crawl.browser")
@@ -260,6 +262,7 @@ class Browser:
     active: int = 0
     retiring: bool = False
     user_agent: str = ""
+    slots: Slots | None = None
     drained: trio.Event = field(default_factory=trio.Event)
     exited: trio.Event = field(default_factory=trio.Event)
 
@@ -366,11 +369,17 @@ async def _watch_exit(browser: Browser) -> None:
 
 @dataclass
 class Tab:
-    """A page of its own browser context, attached to a flat session."""
+    """A page of its own browser context, attached to a flat session, its Page and Network
+    domains enabled. A render that changes a page setting adds its key (isolation.UNDO) to
+    `changed`, so that it is undone before the tab serves another page."""
 
     session: Session
     browser: Browser
     context_id: str
+    changed: set[str]
+    applied: dict[str, Any]
+    """Device metrics and user agent as last set in this tab (a render skips setting them
+    again)."""
 
 
 class BrowserPool:
@@ -395,6 +404,7 @@ class BrowserPool:
         self._current: Browser | None = None
         self._ready = trio.Event()
         self._stopping = False
+        self._nursery: trio.Nursery | None = None
         self.counts: dict[str, int] = {"started": 0, "crashed": 0, "recycled": 0, "pages": 0}
         self.last_error = ""
 
@@ -407,6 +417,7 @@ class BrowserPool:
         started = False
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 while True:
                     serial += 1
                     try:
@@ -422,6 +433,18 @@ class BrowserPool:
                         await trio.sleep(backoff)
                         backoff = min(backoff * 2, 30.0)
                         continue
+                    browser.slots = Slots(
+                        browser.conn, keep=2 * self.config.tabs,
+                        pages_per_context=self.config.pages_per_context,
+                    )  # fmt: skip
+                    try:
+                        await browser.slots.watch()
+                    except (CdpClosed, CdpError) as exc:
+                        log.error("browser does not report its targets", error=str(exc))
+                        browser.kill()
+                    nursery.start_soon(
+                        browser.slots.prewarm, self._proxy_port(), browser.slots.keep
+                    )
                     self.counts["started"] += 1
                     self._current = browser
                     self._ready.set()
@@ -513,38 +536,23 @@ class BrowserPool:
 
     @contextlib.asynccontextmanager
     async def tab(self, *, stealth: bool = False) -> AsyncIterator[Tab]:
-        """A fresh tab in a fresh browser context, closed (context disposed) afterwards;
-        `stealth`: its connections leave through the stealth proxy pool (when configured)."""
+        """A clean tab of a browser context of its own (see isolation.py), given back after
+        the block (reset in the background, or its context disposed); `stealth`: its
+        connections leave through the stealth proxy pool (when configured)."""
         port = self._stealth_port() if stealth and self._stealth_port else self._proxy_port()
         async with self._tabs:
             browser = await self._browser()
+            assert browser.slots is not None
             browser.active += 1
-            context_id = ""
+            slot: Slot | None = None
+            ok = False
             try:
-                conn = browser.conn
-                context_id = (
-                    await conn.call(
-                        "Target.createBrowserContext",
-                        {
-                            "disposeOnDetach": True,
-                            "proxyServer": f"socks5://127.0.0.1:{port}",
-                            "proxyBypassList": "<-loopback>",
-                        },
-                    )
-                )["browserContextId"]
-                target = await conn.call(
-                    "Target.createTarget", {"url": "about:blank", "browserContextId": context_id}
-                )
-                attached = await conn.call(
-                    "Target.attachToTarget", {"targetId": target["targetId"], "flatten": True}
-                )
-                session = Session(conn, attached["sessionId"], target["targetId"])
-                try:
-                    yield Tab(session, browser, context_id)
-                finally:
-                    conn.forget(session.id)
+                slot = await browser.slots.take(port)
+                yield Tab(slot.session, browser, slot.context_id, slot.changed, slot.applied)
+                ok = True
             finally:
-                await self._dispose(browser, context_id)
+                if slot is not None:
+                    self._give_back(browser, slot, ok)
                 browser.active -= 1
                 browser.pages += 1
                 self.counts["pages"] += 1
@@ -553,18 +561,19 @@ class BrowserPool:
                 if browser.retiring and browser.active == 0:
                     browser.drained.set()
 
-    async def _dispose(self, browser: Browser, context_id: str) -> None:
-        if not context_id or browser.conn.closed.is_set():
-            return
-        with trio.CancelScope(shield=True):
-            with trio.move_on_after(CLOSE_SECONDS) as scope:
-                with contextlib.suppress(CdpClosed, CdpError):
-                    await browser.conn.call(
-                        "Target.disposeBrowserContext", {"browserContextId": context_id}
-                    )
-            if scope.cancelled_caught:
-                log.error("browser does not close a tab; killing it", pid=browser.pid)
-                browser.kill()
+    def _give_back(self, browser: Browser, slot: Slot, ok: bool) -> None:
+        assert browser.slots is not None
+        give_back = functools.partial(browser.slots.give_back, slot, ok, functools.partial(
+            self._stalled, browser))  # fmt: skip
+        if self._nursery is not None and not browser.retiring:
+            self._nursery.start_soon(give_back)
+        else:  # the browser is going: nothing to keep, and its close disposes of everything
+            browser.slots.live.pop(slot.context_id, None)
+            browser.conn.forget(slot.session.id)
+
+    def _stalled(self, browser: Browser) -> None:
+        log.error("browser does not close a tab; killing it", pid=browser.pid)
+        browser.kill()
 
     async def _browser(self) -> Browser:
         while True:
@@ -586,5 +595,6 @@ class BrowserPool:
             "pages_this_process": current.pages if current else 0,
             "tabs_busy": int(self._tabs.borrowed_tokens),
             "tabs": self.config.tabs,
+            "tabs_idle": len(current.slots.idle) if current and current.slots else 0,
             **self.counts,
         }

@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -61,6 +61,7 @@ class Connection:
         self._subs: dict[str | None, list[tuple[frozenset[str], trio.MemorySendChannel[Any]]]] = {}
         self._write_lock = trio.Lock()
         self._detached: set[str] = set()
+        self._observers: dict[str | None, list[Callable[[dict[str, Any]], None]]] = {}
         self.closed = trio.Event()
 
     async def run(self) -> None:
@@ -106,6 +107,8 @@ class Connection:
             gone = message.get("params", {}).get("sessionId") or message.get("sessionId")
             if gone:
                 self._detach(gone, method)
+        for observer in self._observers.get(message.get("sessionId"), ()):
+            observer(message)
         for methods, channel in self._subs.get(message.get("sessionId"), ()):
             if method in methods or "*" in methods:
                 with suppress(trio.WouldBlock, trio.ClosedResourceError):
@@ -168,9 +171,20 @@ class Connection:
                 self._subs.pop(session, None)
             send.close()
 
+    def observe(self, session: str | None, observer: Callable[[dict[str, Any]], None]) -> None:
+        """Call `observer` with every event of `session` (None: the browser's own), in order and
+        none dropped (unlike a subscription's bounded channel), until `forget(session)`. It
+        runs inside the reader: it must not block or raise."""
+        self._observers.setdefault(session, []).append(observer)
+
+    def is_detached(self, session: str) -> bool:
+        """Whether the target of `session` is gone (closed or crashed) or the browser is."""
+        return session in self._detached or self.closed.is_set()
+
     def forget(self, session: str) -> None:
         self._detached.discard(session)
         self._subs.pop(session, None)
+        self._observers.pop(session, None)
 
 
 class Session:

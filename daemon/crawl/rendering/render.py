@@ -171,23 +171,31 @@ async def _render(tab: Tab, url: str, spec: RenderSpec) -> Rendered:
     if spec.screenshot is not None and spec.screenshot.viewport is not None:
         width, height = spec.screenshot.viewport
     scale = rr.MOBILE_SCALE if spec.mobile else 1.0
-    await session.call("Page.enable")
-    await session.call("Network.enable")
-    await session.call(
-        "Emulation.setDeviceMetricsOverride",
-        width=width, height=height, deviceScaleFactor=scale, mobile=spec.mobile,
-    )  # fmt: skip
+    # A reused tab keeps these two from its last page: sent only when they differ.
+    metrics = {"width": width, "height": height, "deviceScaleFactor": scale, "mobile": spec.mobile}
+    if tab.applied.get("metrics") != metrics:
+        await session.call("Emulation.setDeviceMetricsOverride", **metrics)
+        tab.applied["metrics"] = metrics
+    if any(isinstance(a, rr.Screenshot) and a.viewport for a in spec.actions):
+        del tab.applied["metrics"]  # an action will change them
     if spec.mobile:
+        tab.changed.add("touch")
         await session.call("Emulation.setTouchEmulationEnabled", enabled=True, maxTouchPoints=5)
     agent: dict[str, Any] = {
         "userAgent": rr.mobile_user_agent(desktop_ua) if spec.mobile else desktop_ua
     }
     if spec.languages:
         agent["acceptLanguage"] = rr.accept_language(list(spec.languages))
+        tab.changed.add("locale")
         await session.call("Emulation.setLocaleOverride", locale=spec.languages[0])
-    await session.call("Emulation.setUserAgentOverride", **agent)
+    if tab.applied.get("agent") != agent:
+        await session.call("Emulation.setUserAgentOverride", **agent)
+        tab.applied["agent"] = agent
     if spec.skip_tls_verification:
+        tab.changed.add("tls")
         await session.call("Security.setIgnoreCertificateErrors", ignore=True)
+    if spec.headers:
+        tab.changed.add("fetch")
     network = _Network(session.target_id)
     failure: Exception | None = None
     async with trio.open_nursery() as nursery:
@@ -282,8 +290,7 @@ async def _load_and_act(
             session, spec.screenshot.full_page, spec.screenshot.quality,
             spec.max_screenshot_height,
         )  # fmt: skip
-    html = await _evaluate(session, _HTML)
-    final_url = await _evaluate(session, "location.href")
+    html, final_url = await _evaluate(session, _HTML_AND_URL)
     return html, final_url, screenshot, results
 
 
@@ -291,6 +298,7 @@ _HTML = (
     "(document.doctype ? new XMLSerializer().serializeToString(document.doctype) : '')"
     " + document.documentElement.outerHTML"
 )
+_HTML_AND_URL = f"[{_HTML}, location.href]"
 
 
 async def _add_headers(session: Session, paused: dict[str, Any], extra: dict[str, str]) -> None:
