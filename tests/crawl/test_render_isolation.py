@@ -238,7 +238,7 @@ async def test_page_settings_do_not_carry_over_to_the_next_page(nursery: trio.Nu
     """A reused tab: the phone, locale and viewport of one render are not the next one's."""
     site = StatefulSite()
     _, port = await nursery.start(functools.partial(serve_app, site.app(), "127.0.0.1:0"))
-    pool = (await start_browser(nursery, tabs=1)).pool
+    pool = (await start_browser(nursery, tabs=1, pages_per_context=50)).pool
     url = f"http://127.0.0.1:{port}/look"
     actions = (rr.ExecuteJavascript(script=PROBE),)
 
