@@ -101,6 +101,11 @@ async def test_job_feedback_and_alexandria(authed: httpx.AsyncClient) -> None:
         )
         assert alexandria.status_code == 200, alexandria.text
         assert await stored(http) == 2
+        # alexandria takes any jobId (the MCP's schema): kept, not used as a job's id
+        odd = await http.post("/v2/feedback", json={"endpoint": "alexandria", "rating": "bad",
+                                                    "jobId": {"not": "an id"}})  # fmt: skip
+        assert odd.status_code == 200, odd.text
+        assert await stored(http) == 3
 
 
 BAD = [

@@ -31,7 +31,8 @@ class FeedbackService:
         """As record_search, for `POST /v2/feedback` (a job of `endpoint`, or alexandria)."""
         if problems := rules.job_problems(raw):
             raise BadRequest(problems)
-        return await self._insert(raw["endpoint"], raw.get("jobId"), raw)
+        job = raw.get("jobId")  # any value with alexandria (the MCP's schema), kept in the body
+        return await self._insert(raw["endpoint"], job if isinstance(job, str) else None, raw)
 
     async def _insert(
         self, endpoint: str, target: str | None, raw: dict[str, Any]
