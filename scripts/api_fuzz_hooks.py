@@ -12,7 +12,9 @@ no check is touched. /openapi.json states each rule in the field's description:
   parse becomes `a[href]` (random text seldom is CSS);
 - a monitor's schedule is a cron expression or one of Firecrawl's text forms, in an IANA zone,
   no more often than [monitors] min_interval: one that is not becomes daily at midnight UTC;
-  its targets' ids are unique.
+  its targets' ids are unique;
+- a `schema` (extract's, the json format's, an agent's, changeTracking's) is a JSON Schema that
+  compiles: one that does not (a keyword of the wrong type) becomes `{"type": "object"}`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import schemathesis
 from daemon.crawl.content.attributes import parses
 from daemon.crawl.monitors import models as monitors
 from daemon.crawl.monitors.config import MonitorConfig
+from daemon.llm.rules import schema_problem
 
 CSS = "a[href]"
 DAILY = {"cron": "0 0 * * *", "timezone": "UTC"}
@@ -55,9 +58,12 @@ def _mend_options(options: Any) -> None:
 
 def _mend_everywhere(node: Any) -> None:
     """_mend_options on every object of a body (scrape options sit at its top, under
-    `scrapeOptions`, in a monitor's targets)."""
+    `scrapeOptions`, in a monitor's targets), and every `schema` that does not compile."""
     if isinstance(node, dict):
         _mend_options(node)
+        schema = node.get("schema")
+        if isinstance(schema, dict) and schema_problem(schema):
+            node["schema"] = {"type": "object"}
         for value in node.values():
             _mend_everywhere(value)
     elif isinstance(node, list):
