@@ -87,6 +87,7 @@ def routes(service: ExtractService) -> list[ApiRoute]:
                 browser=service.crawl.browser is not None,
                 search=service.can_search,
                 llm=service,
+                v1=v1,
             )
         except BadRequest as exc:
             return bad_request(exc)

@@ -387,3 +387,13 @@ async def test_v1_extract_defaults(client: httpx.AsyncClient, shop: SiteSim) -> 
     llm_formats = {"formats": ["json", "links"], "jsonOptions": {"prompt": "p"}}
     fine = await client.post("/v1/extract", json={**body, "scrapeOptions": llm_formats})
     assert fine.status_code == 200, fine.text  # the [llm] extract needs serves them too
+
+
+async def test_v2_extract_ignores_any_formats(client: httpx.AsyncClient, shop: SiteSim) -> None:
+    """v2's document declares no rule for the scrape formats extract ignores: any are taken."""
+    body = {"urls": [shop.url("/solo")], "schema": SCHEMA,
+            "scrapeOptions": {"formats": ["no such format", {"type": "changeTracking",
+                                                             "schema": True}]}}  # fmt: skip
+    answer = await client.post("/v2/extract", json=body)
+    assert answer.status_code == 200, answer.text
+    assert "formats is ignored" in answer.json()["warning"]

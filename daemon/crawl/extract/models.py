@@ -190,11 +190,18 @@ def schema_problems(schema: Any, path: str = "$.schema") -> list[dict[str, Any]]
 
 
 def parse_extract(
-    body: bytes, *, browser: bool = False, search: bool = False, llm: LlmCheck | None = None
+    body: bytes,
+    *,
+    browser: bool = False,
+    search: bool = False,
+    llm: LlmCheck | None = None,
+    v1: bool = False,
 ) -> ExtractPlan:
     """The plan of a POST /v2/extract body; BadRequest with every problem found. `search`: a
     web search provider is configured ([search]); without one a request needing it (no urls, or
-    enableWebSearch) is refused. `llm`: what serves the LLM formats the scrape options name."""
+    enableWebSearch) is refused. `llm`: what serves the LLM formats the scrape options name.
+    `v1`: a /v1/extract body (v1_body), whose document declares the rules of the scrape formats
+    it ignores, so they are checked; v2's declares none, and any formats are ignored."""
     raw = json_object(body)
     problems = _raw_problems(raw)
     if problems:
@@ -203,7 +210,7 @@ def parse_extract(
     urls = request.urls or []
     problems += _request_problems(request, urls, search)
     valid, invalid = _checked_urls(request, urls, problems)
-    options, warnings = _page_options(request, browser, llm, problems)
+    options, warnings = _page_options(request, browser, llm if v1 else None, problems, v1)
     webhook, more = webhook_of(request.webhook)
     problems += more
     if problems:
@@ -298,7 +305,11 @@ def _checked_urls(
 
 
 def _page_options(
-    request: ExtractRequest, browser: bool, llm: LlmCheck | None, problems: list[Problem]
+    request: ExtractRequest,
+    browser: bool,
+    llm: LlmCheck | None,
+    problems: list[Problem],
+    check_formats: bool,
 ) -> tuple[ScrapeOptions, list[str]]:
     """The scrape options of every page (markdown only) and the warnings; their problems are
     added to `problems`."""
@@ -308,7 +319,8 @@ def _page_options(
     given_problems: list[Problem] = []
     if any(f not in ("markdown", {"type": "markdown"}) for f in options.formats):
         warnings.append("scrapeOptions.formats is ignored: /v2/extract reads each page as markdown")
-        # ignored, but still held to the rules the document declares for them
+    if check_formats and options.formats != ["markdown"]:
+        # ignored, but still held to the rules v1's document declares for them
         given_problems, _ = check_scrape_options(
             options, "$.scrapeOptions", browser=browser, llm=llm
         )
