@@ -5,31 +5,20 @@ not meaningful "watching", and the page carries the judgment."""
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-import trio
 from firecrawl import Firecrawl
 
 from daemon.fakes.openai_compat import OpenAICompatService
-from daemon.fakes.searxng import SearxngSim, serve_searxng
-from daemon.fakes.site import SiteSim
+from daemon.fakes.searxng import SearxngSim
 from tests.crawlapi.conftest import CONFIG
-from tests.crawlapi.test_monitor_search import run_check
+from tests.crawlapi.test_monitor_search import run_check, searxng  # noqa: F401 (fixture)
 from tests.crawlapi.test_sdk_llm import llm_sim, sim  # noqa: F401 (fixtures)
 
 Sdk = Callable[..., Awaitable[Any]]
-
-
-@pytest.fixture
-async def searxng(nursery: trio.Nursery, site: SiteSim) -> SearxngSim:
-    searx = SearxngSim(site_base=f"http://site.test:{site.port}", total=2)
-    host, port = await nursery.start(functools.partial(serve_searxng, searx))
-    searx.address = f"http://{host}:{port}"  # type: ignore[attr-defined]
-    return searx
 
 
 @pytest.fixture
@@ -49,9 +38,10 @@ def verdict(meaningful: bool) -> str:
 async def test_new_results_are_judged_once(
     fc: Firecrawl,
     sdk: Sdk,
-    searxng: SearxngSim,
+    searxng: SearxngSim,  # noqa: F811
     sim: OpenAICompatService,  # noqa: F811
 ) -> None:
+    searxng.total = 2  # the shared simulator's index holds 3 results; two to begin with here
     target = {"type": "search", "queries": ["crawld release"], "maxResults": 5}
     monitor = await sdk(fc.create_monitor, name="news", schedule={"text": "hourly"},
                         targets=[target], goal="a new crawld release")  # fmt: skip
