@@ -187,9 +187,8 @@ class Collector:
             nursery.start_soon(
                 cluster.run_owned, name, functools.partial(self._owned, cluster, running)
             )
-            with trio.move_on_after(CLAIM_WAIT_S if cluster.multi else math.inf):
-                if await cluster.try_now(name):
-                    await running.serving.wait()
+            wait_s = CLAIM_WAIT_S if cluster.multi else math.inf
+            await _take_and_serve(cluster, name, running, wait_s)
             task_status.started()
 
     async def _owned(self, cluster: Cluster, running: _Running, lease: Lease) -> None:
@@ -255,9 +254,7 @@ class Collector:
         running = self.crawlers.get(task_id)
         if running is None or self.cluster is None:
             return self.owns(task_id)
-        with trio.move_on_after(CLAIM_WAIT_S):
-            if await self.cluster.try_now(lease_name(task_id)):
-                await running.serving.wait()
+        await _take_and_serve(self.cluster, lease_name(task_id), running, CLAIM_WAIT_S)
         return self.owns(task_id)
 
     async def owner(self, task_id: str) -> str | None:
@@ -376,3 +373,11 @@ class Collector:
                     entry["owner_unknown"] = f"the store does not answer ({type(exc).__name__})"
             tasks.append(entry)
         return {"tasks": tasks, "stream": self.stream}
+
+
+async def _take_and_serve(cluster: Cluster, name: str, running: _Running, wait_s: float) -> None:
+    """Have the cluster try for the task's lease `name` at once and, when this instance takes
+    it, wait for the crawler to serve under it; at most `wait_s`."""
+    with trio.move_on_after(wait_s):
+        if await cluster.try_now(name):
+            await running.serving.wait()
