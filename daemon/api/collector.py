@@ -132,7 +132,7 @@ class CollectorHandlers:
         body = await read_json_body(request, StartRequest)
         started, busy, requested = [], [], []
         for task_id in await self.crawlers(body.task_id):
-            if not self.collector.owns(task_id):
+            if not self.collector.owns(task_id) and not await self.collector.take_now(task_id):
                 webhook = msgspec.to_builtins(body.webhook)
                 owner = await self.collector.hand_over(task_id, "start", {"webhook": webhook})
                 requested.append(HandedOver(task_id, owner))
