@@ -13,8 +13,6 @@ import json
 import re
 from typing import Any
 
-import jsonschema
-
 CHARS_PER_TOKEN = 4.0
 """Token estimate without the model's tokenizer (crawld talks to any model): English text is
 about 4 characters a token for GPT-style and Llama tokenizers; what the server counts in `usage`
@@ -119,6 +117,8 @@ def schema_problem(schema: Any) -> str | None:
         return "schema must be a JSON Schema object"
     if len(json.dumps(schema)) > MAX_SCHEMA_BYTES:
         return f"schema larger than {MAX_SCHEMA_BYTES} bytes"
+    import jsonschema  # at first use: most daemons never check a schema (0.1 s of CPU to import)
+
     try:
         cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
         cls.check_schema(schema)
@@ -182,6 +182,8 @@ def validation_problem(value: Any, schema: dict[str, Any] | None) -> str | None:
     """Why `value` does not follow `schema` (the first error, with its path), or None."""
     if schema is None:
         return None if isinstance(value, dict | list) else "the answer is not a JSON object"
+    import jsonschema
+
     cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
     error = jsonschema.exceptions.best_match(cls(schema).iter_errors(value))
     if error is None:

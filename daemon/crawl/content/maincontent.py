@@ -15,10 +15,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 import lxml.html
-import trafilatura
 from lxml import etree
 from selectolax.lexbor import LexborHTMLParser, LexborNode
-from trafilatura.utils import is_dubious_html, repair_faulty_html
 
 from daemon.crawl.content.maincontent_rules import (
     FILLED_TAGS,
@@ -337,6 +335,10 @@ def _siblings(
 def _oracle_tree(page: str) -> lxml.html.HtmlElement | None:
     """The tree trafilatura.utils.load_html makes of a str `page` (the same repairs, the same
     retry with bytes, the same rejection of what is not HTML), parsed with _ORACLE_PARSER."""
+    # trafilatura at first use: a daemon that extracts no main content (collector, tracker)
+    # does not pay its import (0.3 s of CPU with courlan, htmldate and urllib3).
+    from trafilatura.utils import is_dubious_html, repair_faulty_html
+
     beginning = page[:50].lower()
     page = repair_faulty_html(page, beginning)
     tree = None
@@ -357,6 +359,8 @@ def _oracle_tree(page: str) -> lxml.html.HtmlElement | None:
 
 
 def _reference(page: str) -> tuple[Counter[tuple[str, ...]], str] | None:
+    import trafilatura
+
     tree = _oracle_tree(page)
     text = trafilatura.extract(
         tree if tree is not None else page,
