@@ -56,13 +56,23 @@ async def test_other_storage_errors_are_503(
         assert r.json()["detail"].startswith(type(error).__name__)
 
 
-async def test_healthz_is_degraded_while_the_store_cannot_write(start_daemon: StartDaemon) -> None:
+async def test_healthz_is_degraded_while_the_store_cannot_write(
+    start_daemon: StartDaemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
     daemon = await start_daemon()
     assert daemon.store is not None
 
     def disk_full(conn: apsw.Connection) -> None:
         raise apsw.FullError("database or disk is full")
 
+    # Every transaction fails while the disk is "full", the daemon's own background writes too
+    # (one that committed would rightly report the store writable again).
+    real_write = daemon.store.write
+
+    async def write(fn: Any) -> Any:
+        return await real_write(disk_full)
+
+    monkeypatch.setattr(daemon.store, "write", write)
     with pytest.raises(apsw.FullError):
         await daemon.store.write(disk_full)
     async with client(daemon) as c:
@@ -76,6 +86,7 @@ async def test_healthz_is_degraded_while_the_store_cannot_write(start_daemon: St
         assert store["writable"] is False
         assert store["reason"] == body["reason"] and store["since_ms"] == body["since_ms"]
 
+        monkeypatch.undo()
         await daemon.store.write(lambda conn: conn.execute("select 1"))
         assert (await c.get("/healthz")).json() == {"status": "ok"}
         store = (await c.get("/status")).json()["store"]

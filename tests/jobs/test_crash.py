@@ -74,7 +74,7 @@ async def kill_then_restart(
 
     first = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
     try:
-        await poll(lambda: marker.exists() and delivered() >= kill_after, 30)
+        await poll(lambda: marker.exists() and delivered() >= kill_after, 120)
         first.kill()  # SIGKILL: no cleanup of any kind
         await first.wait()
     finally:
@@ -88,7 +88,7 @@ async def kill_then_restart(
 
     second = await trio.lowlevel.open_process(command, env=env, cwd=ROOT)
     try:
-        await poll(lambda: delivered() == events, 60)
+        await poll(lambda: delivered() == events, 120)
         second.send_signal(signal.SIGTERM)
         with trio.fail_after(30):
             assert await second.wait() == 0

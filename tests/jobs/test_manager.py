@@ -372,7 +372,7 @@ async def test_shutdown_drops_memory_only_events_and_counts_them(
         job = await m.create_job("crawl", webhook=hook(rx), source={})
         for i in range(3):
             await m.page(job, [{"i": i}])
-        with trio.fail_after(5):
+        with trio.fail_after(30):
             await rx.wait_until(lambda: len(rx.requests) == 1)
         nursery.cancel_scope.cancel()  # the daemon stops while 4 events wait in memory
     assert dropped() - before == 4
