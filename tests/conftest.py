@@ -97,7 +97,7 @@ They run with CLUSTER_MODULES, after the rest."""
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """CRAWLD_TEST_CLUSTER=skip leaves out the tests of CLUSTER_MODULES and TIMING_MODULES,
     =only runs just them. `scripts/test` runs the rest in pytest-xdist workers, then these after
-    them in two workers of their own: a test of what happens when a lease runs out, a member
+    them in workers of their own: a test of what happens when a lease runs out, a member
     pauses or the owner dies times instances against each other (and a broker test the broker),
     and beside the CPU-bound rest on a 2-core machine it would measure the load."""
     choice = os.environ.get("CRAWLD_TEST_CLUSTER")

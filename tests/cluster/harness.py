@@ -26,6 +26,12 @@ ROOT = Path(__file__).resolve().parents[2]
 DSN_ENV = "CRAWLD_TEST_STORE_DSN"
 CRAWLD_RUN = ("-m", "daemon", "run", "--config", "{config}")
 """What an instance runs (python arguments; `{config}` becomes its config file)."""
+NO_KEEP_ALIVE = httpx.Limits(max_keepalive_connections=0)
+"""The tests' clients open a connection per request: the instances are killed, paused and
+restarted on their ports, and a kept-alive connection would meet a process that is gone, or the
+server's keep-alive timeout closing it as a request leaves (a reset read as a failure of the
+instance on a loaded machine)."""
+
 DEFAULT_BASE = """
 [collector]
 enabled = false
@@ -160,7 +166,7 @@ class Instances:
         }
         self.env.update({DSN_ENV: dsn, **(env or {})})
         self.by_key: dict[str, Instance] = {}
-        self.http = httpx.AsyncClient(trust_env=False, timeout=10)
+        self.http = httpx.AsyncClient(trust_env=False, timeout=10, limits=NO_KEEP_ALIVE)
 
     # Configs ----------------------------------------------------------------------------
 
@@ -211,6 +217,12 @@ class Instances:
 
     def url(self, key: str) -> str:
         return self.by_key[key].url
+
+    def client(self, key: str, timeout: float = 10) -> httpx.AsyncClient:
+        """An HTTP client of instance `key` (a new connection per request: see NO_KEEP_ALIVE)."""
+        return httpx.AsyncClient(
+            base_url=self.url(key), trust_env=False, timeout=timeout, limits=NO_KEEP_ALIVE
+        )
 
     # Processes --------------------------------------------------------------------------
 

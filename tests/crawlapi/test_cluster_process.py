@@ -83,10 +83,7 @@ async def test_three_instances_share_a_crawl_survive_a_kill_and_cancel_from_anyw
             name, f'[crawl]\nallow_cidrs = ["127.0.0.0/8"]\nconcurrency = {CONCURRENCY}\n'
         )
         await instances.start(name)
-    clients = {
-        n: httpx.AsyncClient(base_url=instances.url(n), trust_env=False, timeout=10)
-        for n in ("a", "b", "c")
-    }
+    clients = {n: instances.client(n, timeout=10) for n in ("a", "b", "c")}
     expected = {f"http://127.0.0.1:{site.port}/pages/{i}" for i in range(PAGES)}
     body = {"url": f"http://127.0.0.1:{site.port}/pages/0", "sitemap": "skip",
             "crawlEntireDomain": True, "includePaths": ["^/pages/"],

@@ -9,7 +9,6 @@ import functools
 from collections import Counter
 from typing import Any
 
-import httpx
 import pytest
 import trio
 
@@ -43,10 +42,7 @@ async def test_an_extract_job_moves_to_the_other_instance_after_a_kill(
     for name in ("a", "b"):
         instances.add(name, extra)
         await instances.start(name)
-    clients = {
-        n: httpx.AsyncClient(base_url=instances.url(n), trust_env=False, timeout=10)
-        for n in ("a", "b")
-    }
+    clients = {n: instances.client(n, timeout=10) for n in ("a", "b")}
     body = {"urls": [f"http://127.0.0.1:{site.port}/pages/*"], "schema": SCHEMA,
             "limit": PAGES + 1}  # fmt: skip
 

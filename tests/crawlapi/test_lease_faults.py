@@ -170,7 +170,7 @@ async def _setup(nursery: trio.Nursery) -> tuple[SlowSite, WebhookReceiver]:
 async def _one_instance(instances: Instances) -> httpx.AsyncClient:
     instances.add("a", CRAWL_TOML)
     await instances.start("a")
-    return httpx.AsyncClient(base_url=instances.url("a"), trust_env=False, timeout=15)
+    return instances.client("a", timeout=15)
 
 
 async def _mid_way(
@@ -238,7 +238,7 @@ async def test_kill9_of_the_owner_in_a_cluster_of_three(
         instances.spawn(name)
     for name in ("a", "b", "c"):
         await instances.wait_healthy(name)
-    client = {n: httpx.AsyncClient(base_url=instances.url(n), trust_env=False, timeout=15)
+    client = {n: instances.client(n, timeout=15)
               for n in ("a", "b", "c")}  # fmt: skip
     jobs = Jobs(site, rx)
     await jobs.start(client["a"])  # a, the creator, drains every job's webhook stream
@@ -293,7 +293,7 @@ async def test_a_paced_crawl_moves_on_from_an_owner_paused_past_its_lease(
         instances.spawn(name)
     for name in ("a", "b"):
         await instances.wait_healthy(name)
-    client = {n: httpx.AsyncClient(base_url=instances.url(n), trust_env=False, timeout=15)
+    client = {n: instances.client(n, timeout=15)
               for n in ("a", "b")}  # fmt: skip
     jobs = Jobs(site, rx)
     origin = f"http://127.0.0.1:{site.port}"

@@ -9,7 +9,6 @@ import functools
 import time
 from typing import Any
 
-import httpx
 import pytest
 import trio
 
@@ -32,10 +31,7 @@ async def test_checks_are_created_once_and_move_to_the_other_instance_after_a_ki
     for name in ("a", "b"):
         instances.add(name, extra)
         await instances.start(name)
-    clients = {
-        n: httpx.AsyncClient(base_url=instances.url(n), trust_env=False, timeout=10)
-        for n in ("a", "b")
-    }
+    clients = {n: instances.client(n, timeout=10) for n in ("a", "b")}
     page = f"http://127.0.0.1:{site.port}/about"
     ticking = []
     for i in range(EVERY_MINUTE):
