@@ -40,7 +40,7 @@ retry_schedule = ["10ms", "20ms"]
 allow_cidrs = ["127.0.0.0/8"]
 [crawl]
 allow_cidrs = ["127.0.0.0/8"]
-page_timeout = "30s"
+page_timeout = "5s"
 concurrency = 8
 """
 

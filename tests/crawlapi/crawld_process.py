@@ -64,8 +64,9 @@ def crawld(config_file: Path, deployment: Deployment) -> tuple[list[str], dict[s
 
 
 async def wait_up(client: httpx.AsyncClient) -> None:
-    """Until the process at `client`'s base URL answers (30 s at most)."""
-    with trio.fail_after(30):
+    """Until the process at `client`'s base URL answers (90 s at most: a start on a loaded
+    machine, its store's migrations included)."""
+    with trio.fail_after(90):
         while True:
             try:
                 await client.get("/healthz")

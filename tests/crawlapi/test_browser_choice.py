@@ -90,7 +90,7 @@ class TestChromiumInstalled:
     @pytest.fixture
     def crawl_config(self) -> str:
         need_chromium()  # no [crawl.browser] line: the shipped defaults, as a user or as root
-        return AUTO
+        return AUTO.replace('page_timeout = "5s"', 'page_timeout = "15s"')
 
     async def test_auto_uses_it_without_a_config_edit(
         self, client: httpx.AsyncClient, site: SiteSim

@@ -40,7 +40,7 @@ Sdk = Callable[..., Awaitable[Any]]
 def crawl_config() -> str:
     need_chromium()
     sandbox = "true" if os.geteuid() != 0 else "false"
-    config = CONFIG.replace(NO_BROWSER, "")
+    config = CONFIG.replace(NO_BROWSER, "").replace('page_timeout = "5s"', 'page_timeout = "15s"')
     return config + f"\n[crawl.browser]\nenabled = true\nsandbox = {sandbox}\ntabs = 2\n"
 
 
