@@ -174,7 +174,7 @@ async def _render(tab: Tab, url: str, spec: RenderSpec) -> Rendered:
     if spec.screenshot is not None and spec.screenshot.viewport is not None:
         width, height = spec.screenshot.viewport
     scale = rr.MOBILE_SCALE if spec.mobile else 1.0
-    # A reused tab keeps these two from its last page: sent only when they differ.
+    # A reused tab keeps these (and the TLS check) from its last page: sent only when they differ.
     metrics = {"width": width, "height": height, "deviceScaleFactor": scale, "mobile": spec.mobile}
     if tab.applied.get("metrics") != metrics:
         await session.call("Emulation.setDeviceMetricsOverride", **metrics)
@@ -194,9 +194,9 @@ async def _render(tab: Tab, url: str, spec: RenderSpec) -> Rendered:
     if tab.applied.get("agent") != agent:
         await session.call("Emulation.setUserAgentOverride", **agent)
         tab.applied["agent"] = agent
-    if spec.skip_tls_verification:
-        tab.changed.add("tls")
-        await session.call("Security.setIgnoreCertificateErrors", ignore=True)
+    if tab.applied.get("tls", False) != spec.skip_tls_verification:
+        await session.call("Security.setIgnoreCertificateErrors", ignore=spec.skip_tls_verification)
+        tab.applied["tls"] = spec.skip_tls_verification
     if spec.headers:
         tab.changed.add("fetch")
     network = _Network(session.target_id)
