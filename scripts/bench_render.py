@@ -8,9 +8,11 @@ Not a test.
 Each round: a fresh `crawld run` with [crawl.browser] (tabs = N, and pages_per_context as
 configured, 50 by default) batch-scrapes the site's /js/bench/{i} pages (render "auto": each page
 is fetched over HTTP, found script-built and rendered; or "always"), timed from the POST to
-`completed`; peak memory is the PSS sum of crawld and every process of its browser. The same
-with pages_per_context = 1 (a new context per page, as before issue 36). Then both floors render
-the same URLs. Rounds are interleaved; medians over rounds and ratios are printed.
+`completed`, the POST sent once crawld's browser has opened its tabs and stopped opening more for
+2 s (the floor's clock also starts after its tabs are open); peak memory is the PSS sum of crawld
+and every process of its browser. The same with pages_per_context = 1 (a new context per page,
+as before issue 36). Then both floors render the same URLs. Rounds are interleaved; medians over
+rounds and ratios are printed.
 
     python scripts/bench_render.py [--pages 40] [--tabs 4] [--rounds 3] [--render auto]
 """
@@ -125,10 +127,41 @@ def crawld_round(
             proc.wait(30)
 
 
+def _find(tree: object, key: str) -> object:
+    """The first value of `key` anywhere in a JSON tree (None if none)."""
+    if isinstance(tree, dict):
+        if key in tree:
+            return tree[key]
+        tree = list(tree.values())
+    if isinstance(tree, list):
+        for item in tree:
+            if (found := _find(item, key)) is not None:
+                return found
+    return None
+
+
+def wait_tabs(base: str, tabs: int, timeout: float = 60, still: float = 2.0) -> None:
+    """Until crawld's browser has opened at least `tabs` tabs (it opens them when it starts) and
+    opened no more for `still` seconds: its start-up is over, as the floor's is when its clock
+    starts (it opens its tabs before)."""
+    deadline = time.monotonic() + timeout
+    last, since = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        status = httpx.get(base + "/status", timeout=5, trust_env=False).json()
+        idle = int(_find(status, "tabs_idle") or 0)  # type: ignore[call-overload]
+        if idle != last:
+            last, since = idle, time.monotonic()
+        elif idle >= tabs and time.monotonic() - since >= still:
+            return
+        time.sleep(0.1)
+    raise TimeoutError("crawld's browser did not open its tabs")
+
+
 def _batch(
     base: str, pid: int, urls: list[str], formats: list[str], tabs: int
 ) -> tuple[float, float]:
     wait_up(base + "/healthz")
+    wait_tabs(base, tabs)
     sampler = Sampler(pid)
     with httpx.Client(base_url=base, trust_env=False, timeout=120) as client:
         t0 = time.perf_counter()

@@ -72,11 +72,11 @@ class BrowserConfig(Section, frozen=True):
     browser is restarted once its pages finish (at 1.5x it is killed at once, its pages fail)."""
     restart_after: int = 500
     """Pages rendered by one browser process before it is replaced by a fresh one."""
-    pages_per_context: int = 1
+    pages_per_context: int = 50
     """Pages one tab (a browser context of its own) renders before its context is disposed;
     between two, the tab is reset and the reset checked (cookies, storage, caches, service
-    workers, permissions, history), or the context disposed when it cannot be. 1 (the default):
-    a new context for every page."""
+    workers, permissions, history), or the context disposed when it cannot be. 1: a new context
+    for every page (several times slower)."""
     sandbox: bool | Literal["auto"] = "auto"
     """Chromium's own sandbox. It cannot run as root: "auto" uses it unless crawld runs as root
     (then without, with a warning); true: always (as root, a start-up error); false: never (a

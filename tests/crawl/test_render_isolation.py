@@ -217,6 +217,9 @@ def test_other_targets_of_a_tabs_context() -> None:
     [
         ("http://A.test/x", "http://a.test"),
         ("https://u:p@a.test:8443/", "https://a.test:8443"),
+        ("http://a.test:80/x", "http://a.test"),
+        ("https://a.test:443", "https://a.test"),
+        ("http://a.test:443/", "http://a.test:443"),
         ("about:blank", None),
         ("http:///x", None),
     ],

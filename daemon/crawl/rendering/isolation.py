@@ -4,13 +4,15 @@
 # target of a browser context of its own) renders up to `pages_per_context` pages, and between two
 # pages it is reset, and the reset checked, before it may take the next one:
 #
-#   scripts stop (Emulation.setScriptExecutionDisabled) and the local and session storage of the
-#   page's origin are cleared through its still-live frame (DOMStorage needs one; session storage
-#   is the tab's own, not the context's); the page is replaced by about:blank (its timers and
-#   requests end) and its history dropped; the context's cookies and HTTP cache are cleared and
-#   its permissions reset; the origins of the documents and workers that ran get Storage's "all"
-#   clear (IndexedDB, Cache Storage, service workers, ...); window.name is emptied and the page
-#   settings a render changed (touch, locale, TLS errors, request interception) undone. Then the
+#   the page replaces itself by about:blank (its scripts, timers and requests end; the blank
+#   page keeps its origin and renderer process) and, in one call inside that blank page, the
+#   origin's local and session storage are cleared (session storage is the tab's own, not the
+#   context's, and only a frame of its origin reaches it) and window.name emptied; its history
+#   is dropped; the context's cookies and HTTP cache are cleared and its permissions reset; the
+#   origins of the documents and workers that ran get Storage's "all" clear (IndexedDB, Cache
+#   Storage, service workers, ...) where they use any; the page settings a render changed
+#   (touch, locale, request interception) are undone (the others, viewport, user agent and the
+#   TLS check, every render sets when they differ from what it needs). Then the
 #   context must hold no cookie and no target but the tab, and no origin any quota usage.
 #
 # What cannot be cleared that way makes the tab "foreign" and its context is disposed instead
@@ -22,7 +24,8 @@
 # path: the next page takes a tab that is already clean, or opens a new one. Documents and targets
 # are seen through `Connection.observe` (every event, none dropped). Not reset: kept-alive
 # connections of the context (the next page of the same server may reuse one, as crawld's HTTP
-# fetcher does) and Chromium's in-memory TLS session and HTTP authentication caches.
+# fetcher does), Chromium's in-memory TLS session and HTTP authentication caches, and the renderer
+# process: the context's next page of the same site runs in the last one's (browser_args).
 from __future__ import annotations
 
 import contextlib
@@ -54,18 +57,20 @@ every context; no page can reach it."""
 UNDO: dict[str, tuple[str, dict[str, Any]]] = {
     "touch": ("Emulation.setTouchEmulationEnabled", {"enabled": False}),
     "locale": ("Emulation.setLocaleOverride", {}),
-    "tls": ("Security.setIgnoreCertificateErrors", {"ignore": False}),
     "fetch": ("Fetch.disable", {}),
 }
 """Page settings a render may change (the keys it adds to `Slot.changed`), and their undoing."""
 
 
 def origin_of(url: str) -> str | None:
-    """ "scheme://host[:port]" of an http(s) URL; None for anything else."""
+    """ "scheme://host[:port]" of an http(s) URL (as `self.origin` says it: no default port);
+    None for anything else."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return None
-    return f"{parts.scheme}://{parts.netloc.rsplit('@', 1)[-1]}".lower()
+    host = parts.netloc.rsplit("@", 1)[-1].lower()
+    default = ":80" if parts.scheme == "http" else ":443"
+    return f"{parts.scheme}://{host.removesuffix(default)}"
 
 
 @dataclass(eq=False)
@@ -305,18 +310,31 @@ async def reset(conn: Connection, slot: Slot) -> str | None:
         return "documents of several origins"
     call = slot.session.call
     origins = sorted(slot.origins)
-    with slot.session.subscribe("Page.loadEventFired") as loaded:
+    with slot.session.subscribe("Page.frameNavigated", "Page.loadEventFired") as events:
         # Replaced from inside: the blank page keeps the origin (and the renderer process; a
-        # navigation from the browser would swap both), so its frame reaches the storage.
+        # navigation from the browser would swap both), so its frame reaches the storage. The
+        # load awaited is the blank page's (a navigation of the page's own still loading could
+        # fire one first), so that what runs below runs there and not in a page's script.
         await call("Runtime.evaluate", expression="location.replace('about:blank')")
-        await loaded.receive()
-    areas = [_storage(origin, local) for origin in origins for local in (True, False)]
-    await _all(*(functools.partial(call, "DOMStorage.clear", storageId=a) for a in areas))
-    left = await _all(
-        *(functools.partial(call, "DOMStorage.getDOMStorageItems", storageId=a) for a in areas)
-    )
-    if any(items.get("entries") for items in left):
-        return "web storage left"
+        blank = False
+        async for event in events:
+            if event["method"] == "Page.frameNavigated":
+                frame = event.get("params", {}).get("frame", {})
+                if not frame.get("parentId"):
+                    blank = frame.get("url") == "about:blank"
+            elif blank:
+                break
+    # One call for the blank page's own storage (its origin's, no other script runs in it) and
+    # window.name; a page that denied itself storage (an opaque origin) throws: disposed.
+    answer = await call(
+        "Runtime.evaluate", expression=_CLEAR % ("true" if origins else "false"),
+        returnByValue=True,
+    )  # fmt: skip
+    if "exceptionDetails" in answer:
+        return "web storage not reachable"
+    left = answer.get("result", {}).get("value")
+    if left != [origins[0] if origins else None, 0]:
+        return f"web storage or window.name left: {left!r}"
     context = {"browserContextId": slot.context_id}
     cookies, *usages = await _all(
         functools.partial(conn.call, "Storage.getCookies", context),
@@ -327,7 +345,6 @@ async def reset(conn: Connection, slot: Slot) -> str | None:
         functools.partial(call, "Network.clearBrowserCache"),
         functools.partial(conn.call, "Browser.resetPermissions", context),
         functools.partial(call, "Page.resetNavigationHistory"),
-        functools.partial(call, "Runtime.evaluate", expression="window.name = ''"),
         *(functools.partial(call, UNDO[key][0], **UNDO[key][1]) for key in sorted(slot.changed)),
         *(
             functools.partial(call, "Storage.clearDataForOrigin", origin=origin, storageTypes=ALL)
@@ -342,8 +359,14 @@ async def reset(conn: Connection, slot: Slot) -> str | None:
     return await _check(conn, slot, used, bool(cookies.get("cookies")))
 
 
-def _storage(origin: str, local: bool) -> dict[str, Any]:
-    return {"securityOrigin": origin, "isLocalStorage": local}
+_CLEAR = """(() => {
+  window.name = '';
+  if (!%s) return [null, window.name.length];
+  localStorage.clear();
+  sessionStorage.clear();
+  return [self.origin, localStorage.length + sessionStorage.length + window.name.length];
+})()"""
+"""(has the page an origin) -> [the blank page's origin, what is left]."""
 
 
 async def _check(conn: Connection, slot: Slot, cleared: list[str], cookies: bool) -> str | None:

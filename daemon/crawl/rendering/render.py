@@ -3,8 +3,11 @@
 # screenshot, and read the DOM as HTML. The result is a FetchResult (the rendered HTML as its
 # body) so the same document conversion as plain HTTP turns it into a Firecrawl document.
 #
-# Everything runs under the page's one deadline (`timeout`): when it passes, the render is
-# cancelled and the tab's browser context is disposed, which kills whatever the page was doing.
+# Everything runs under the page's one deadline (`timeout`), counted from the moment the page has
+# a clean tab: the wait for one (pages ahead of it, a reset ending, the browser starting) is the
+# pool's queue, as the wait for an HTTP slot is not part of a fetch's timeout. When the deadline
+# passes, the render is cancelled and the tab's browser context is disposed, which kills
+# whatever the page was doing.
 # A failed action raises RenderError("SCRAPE_ACTION_ERROR") naming the action; a browser that
 # dies mid-page raises RenderError("SCRAPE_BROWSER_ERROR" family, see `BROWSER_GONE`).
 # Extra request headers are added only to requests for the page's own origin (the Fetch domain),
@@ -149,8 +152,8 @@ def _js(value: Any) -> str:
 async def render(pool: BrowserPool, url: str, spec: RenderSpec) -> Rendered:
     """Render `url`; RenderError with Firecrawl's code, NotRenderable for non-pages."""
     try:
-        with trio.fail_after(spec.timeout):
-            async with pool.tab(stealth=spec.stealth) as tab:
+        async with pool.tab(stealth=spec.stealth) as tab:
+            with trio.fail_after(spec.timeout):
                 return await _render(tab, url, spec)
     except trio.TooSlowError:
         raise RenderError(
@@ -171,7 +174,7 @@ async def _render(tab: Tab, url: str, spec: RenderSpec) -> Rendered:
     if spec.screenshot is not None and spec.screenshot.viewport is not None:
         width, height = spec.screenshot.viewport
     scale = rr.MOBILE_SCALE if spec.mobile else 1.0
-    # A reused tab keeps these two from its last page: sent only when they differ.
+    # A reused tab keeps these (and the TLS check) from its last page: sent only when they differ.
     metrics = {"width": width, "height": height, "deviceScaleFactor": scale, "mobile": spec.mobile}
     if tab.applied.get("metrics") != metrics:
         await session.call("Emulation.setDeviceMetricsOverride", **metrics)
@@ -191,9 +194,9 @@ async def _render(tab: Tab, url: str, spec: RenderSpec) -> Rendered:
     if tab.applied.get("agent") != agent:
         await session.call("Emulation.setUserAgentOverride", **agent)
         tab.applied["agent"] = agent
-    if spec.skip_tls_verification:
-        tab.changed.add("tls")
-        await session.call("Security.setIgnoreCertificateErrors", ignore=True)
+    if tab.applied.get("tls", False) != spec.skip_tls_verification:
+        await session.call("Security.setIgnoreCertificateErrors", ignore=spec.skip_tls_verification)
+        tab.applied["tls"] = spec.skip_tls_verification
     if spec.headers:
         tab.changed.add("fetch")
     network = _Network(session.target_id)
