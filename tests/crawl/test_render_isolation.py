@@ -1,8 +1,9 @@
 """No state of one scrape reaches the next, whether the tab is reused after a reset or its
 context is new: a page of a loopback site plants a cookie (from the server and from script),
 local and session storage, an IndexedDB database, a Cache Storage entry, a service worker,
-window.name, a granted permission and an HTTP-cached script; the next scrape of the same origin
-looks for each. The reset and its checks: daemon/crawl/rendering/isolation.py."""
+window.name, a script's global, a granted permission and an HTTP-cached script; the next scrape
+of the same origin looks for each (the browser keeps a same-site page's frame from document to
+document, its RenderDocument feature being off: browser_args). The reset and its checks: daemon/crawl/rendering/isolation.py."""
 
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ PLANT = """(async () => {
   await navigator.serviceWorker.register('/sw.js');
   await navigator.serviceWorker.ready;
   window.name = 'planted';
+  window.plantedGlobal = 'planted';
   return 'planted';
 })()"""
 
@@ -51,6 +53,7 @@ STATE = """(async () => ({
   geolocation: (await navigator.permissions.query({name: 'geolocation'})).state,
   windowName: window.name,
   cachedScriptRan: window.cachedScriptRan === true,
+  global: window.plantedGlobal ?? null,
 }))()"""
 
 NOTHING = {
@@ -63,6 +66,7 @@ NOTHING = {
     "geolocation": "prompt",
     "windowName": "",
     "cachedScriptRan": True,
+    "global": None,
 }
 PAGE = '<!doctype html><title>{0}</title><h1>{0}</h1><script src="/cached.js"></script>'
 
@@ -147,7 +151,7 @@ async def test_no_state_of_one_scrape_reaches_the_next(
     assert planted == {  # what the next scrape must not see was there
         "cookie": "srv=planted; js=planted", "local": "1", "session": "1", "indexedDB": True,
         "caches": True, "serviceWorkers": 1, "geolocation": "granted", "windowName": "planted",
-        "cachedScriptRan": True,
+        "cachedScriptRan": True, "global": "planted",
     }  # fmt: skip
     assert site.hits["/cached.js"] == 1
     await _settled(pool)
