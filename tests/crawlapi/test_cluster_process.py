@@ -181,7 +181,11 @@ async def test_three_instances_share_a_crawl_survive_a_kill_and_cancel_from_anyw
     await wait_for(lambda: _done(status("c", job)), 90)
     assert await status("b", job) == "completed"
     docs = await documents(clients["c"], job)
-    assert len(docs) == len(set(docs)) == PAGES and set(docs) == expected
+    errors = (await clients["c"].get(f"/v2/crawl/{job}/errors")).json()
+    assert len(docs) == len(set(docs)) == PAGES and set(docs) == expected, (
+        sorted(expected - set(docs)),
+        errors,
+    )
     # Every page fetched, but no bound on repeats here: while PostgreSQL has not yet dropped a
     # transaction c left open, the others' writers (and heartbeats) wait for its row lock, so
     # they too may look dead for a moment and lose rows they were fetching.
