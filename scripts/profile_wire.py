@@ -97,7 +97,8 @@ def _instrument_webhooks() -> None:
     setattr(drain, "_write", _timed_async("ack", drain._write))  # noqa: B010
     setattr(drain, "_finalized", _timed("final", drain._finalized))  # noqa: B010
     setattr(writer.Store, "_commit_group", _timed("commit", writer.Store._commit_group))  # noqa: B010
-    setattr(writer.Store, "_commit_here", _timed("commit_here", writer.Store._commit_here))  # noqa: B010
+    if hasattr(writer.Store, "_commit_here"):  # not in a tree from before it (PYTHONPATH)
+        setattr(writer.Store, "_commit_here", _timed("commit_here", writer.Store._commit_here))  # noqa: B010
     setattr(writer.Store, "read", _timed_async("read", writer.Store.read))  # noqa: B010
     read_sql = _timed("read_sql", outbox.read_after_cursor)
     setattr(drainer, "outbox_mod", _Proxy(outbox, read_after_cursor=read_sql))  # noqa: B010

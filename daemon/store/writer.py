@@ -29,10 +29,12 @@
 #   other way round). On the trio thread a write only queues, parks and is rescheduled.
 # - One exception: a write its caller marks small (a webhook drainer's ack cursor, awaited before
 #   the next event goes out) commits on the trio thread when nothing is queued for the writer
-#   thread and the backend says the commit waits for nothing (SQLite in WAL mode, no fsync per
-#   commit, the checkpoint left to the writer thread: `Backend.commits_quickly`). The two thread
-#   hand-overs cost about four times the commit; the writer's lock, taken without waiting, keeps
-#   the connection to one thread at a time, and a write that fails there is queued as usual.
+#   thread, it is the first write of its scheduler pass (concurrent ones still share a group)
+#   and the backend says the commit waits for nothing (SQLite in WAL mode, no fsync per commit,
+#   the checkpoint left to the writer thread: `Backend.commits_quickly`). The two thread
+#   hand-overs cost three times the commit and more under load; the writer's lock, taken
+#   without waiting, keeps the connection to one thread at a time, and a write that fails there
+#   is queued as usual.
 # - Readers use separate connections, each call a consistent snapshot (WAL; REPEATABLE READ).
 # - What differs between the backends (connections, migrations, which errors mean the database
 #   cannot take writes, which let a whole group run again) is the backend's: this module's code
@@ -176,15 +178,21 @@ class Store(Transactions):
         return value. A cursor it returns comes back closed (it belongs to the writer's
         connection).
 
-        `small`: a few rows, awaited on a hot path. When nothing else is queued and the backend
-        commits quickly, it commits on the trio thread instead, in a transaction of its own (in
-        the same order with the other writes: all of them committed before it); when that fails
-        it is queued as usual, and `fn` runs again.
+        `small`: a few rows, awaited on a hot path. When it is the first write of its scheduler
+        pass, nothing else is queued and the backend commits quickly, it commits on the trio
+        thread instead, in a transaction of its own (in the same order with the other writes:
+        all of them committed before it), and returns without yielding to other tasks; when that
+        fails it is queued as usual, and `fn` runs again.
         """
-        if small and not self._queued and self._flushing and self._health.writable:
+        if small and not self._queued and self._flusher is not None and self._health.writable:
             await trio.lowlevel.checkpoint_if_cancelled()
             done = self._commit_here(fn)
             if done is not None:
+                # Wake the flusher (it runs in the next pass): until then this pass's other
+                # writes queue, and small ones made together (many drainers acking) share a
+                # group in the writer thread instead of as many commits on this one.
+                trio.lowlevel.reschedule(self._flusher)
+                self._flusher = None
                 return done.result
         if not self._flushing or self._queued >= self._max_queued:
             if self.inline:

@@ -67,6 +67,25 @@ async def test_a_small_write_waits_behind_the_writes_queued_before_it(tmp_path: 
         assert result != [threading.get_ident()]
 
 
+async def test_small_writes_made_together_share_a_group_after_the_first(tmp_path: Path) -> None:
+    """Only the first write of a scheduler pass commits on the trio thread: many drainers acking
+    at once do not make as many commits there."""
+    async with open_store(tmp_path / "db") as store:
+        await store.write(lambda c: None)
+        for _ in range(2):  # the second round: after the first left its flusher woken
+            before = store.stats.transactions
+            threads: list[int] = []
+
+            async def small(threads: list[int]) -> None:
+                threads.append(await store.write(thread_of, small=True))
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(4):
+                    nursery.start_soon(small, threads)
+            assert threads.count(threading.get_ident()) == 1
+            assert store.stats.transactions - before == 2
+
+
 async def test_a_small_write_that_fails_is_queued_and_its_exception_comes_back(
     tmp_path: Path,
 ) -> None:
@@ -131,6 +150,7 @@ async def test_the_trio_thread_leaves_the_checkpoint_to_the_writer_thread(
 
             threads.append(await store.write(insert, small=True) == here)
             pages.append(backend._wal_pages)
+            await wait_all_tasks_blocked()  # a new scheduler pass, as between two acks
         # On the trio thread while below the threshold; the commit that reaches it does not
         # checkpoint there: the next write goes to the writer thread, whose commit does (0: the
         # next commit starts the WAL again from its beginning), and the trio thread goes on.
