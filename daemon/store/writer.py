@@ -184,15 +184,16 @@ class Store(Transactions):
         all of them committed before it), and returns without yielding to other tasks; when that
         fails it is queued as usual, and `fn` runs again.
         """
-        if small and not self._queued and self._flusher is not None and self._health.writable:
+        if small and self._flusher is not None and self._flushing and not self._queued:
             await trio.lowlevel.checkpoint_if_cancelled()
             done = self._commit_here(fn)
             if done is not None:
                 # Wake the flusher (it runs in the next pass): until then this pass's other
                 # writes queue, and small ones made together (many drainers acking) share a
                 # group in the writer thread instead of as many commits on this one.
-                trio.lowlevel.reschedule(self._flusher)
-                self._flusher = None
+                if self._flusher is not None:
+                    trio.lowlevel.reschedule(self._flusher)
+                    self._flusher = None
                 return done.result
         if not self._flushing or self._queued >= self._max_queued:
             if self.inline:
@@ -238,7 +239,7 @@ class Store(Transactions):
         idle and the backend's commit waits for nothing; None when it did not commit (the
         caller queues it: `fn` may run again, as after a failed group)."""
         lock = self._writer_lock
-        if not lock.acquire(blocking=False):
+        if not self._health.writable or not lock.acquire(blocking=False):
             return None
         try:
             job = _WriteJob(fn, None, None)

@@ -8,11 +8,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import apsw
 import pytest
 import trio
 from trio.testing import wait_all_tasks_blocked
 
-from daemon.store import Store, one, open_store, sqlite, wake
+from daemon.store import Store, StoreClosed, one, open_store, sqlite, wake
 
 
 def thread_of(conn: Any) -> int:
@@ -105,6 +106,19 @@ async def test_a_small_write_that_fails_is_queued_and_its_exception_comes_back(
         assert await store.read(lambda c: one(c, "SELECT count(*) FROM t")[0]) == 0
         assert store.health().writable
         assert await store.write(thread_of, small=True) == threading.get_ident()
+
+
+async def test_a_small_write_once_the_store_stops_is_refused(tmp_path: Path) -> None:
+    async with open_store(tmp_path / "db") as store:
+        await store.write(lambda c: c.execute("CREATE TABLE t(x INTEGER)"))
+        store.stop_writer()
+        with pytest.raises(StoreClosed):
+            await store.write(lambda c: c.execute("INSERT INTO t VALUES (1)"), small=True)
+    with pytest.raises(StoreClosed):
+        await store.write(lambda c: c.execute("INSERT INTO t VALUES (1)"), small=True)
+    conn = apsw.Connection(str(tmp_path / "db"))
+    assert one(conn, "SELECT count(*) FROM t")[0] == 0
+    conn.close()
 
 
 async def test_with_a_fsync_per_commit_a_small_write_goes_to_the_writer_thread(
