@@ -3,7 +3,8 @@
 - `webhooks`: one durable job of N events drained to the bundled receiver (its own process), as
   in scripts/bench_webhooks.py; each step of the drain is wrapped with a timer and printed per
   event: the outbox read (awaited, and its SQL in the reader thread), signing, the HTTP
-  exchange, the ack (awaited, and the commit in the writer thread), the metrics/log step.
+  exchange, the ack (awaited, and its commit: in the writer thread, or on the trio thread when
+  the store commits it there), the metrics/log step.
   The events' JSON is encoded when they are produced (stored as bytes), so it is not a step of
   the drain; the producer's cost per event is printed apart.
 - `collector`: one run of N rows through the AMQP path of scripts/bench_collector.py under
@@ -80,6 +81,7 @@ WEBHOOK_STEPS = (
     ("http", "  HTTP exchange (request out, answer read)"),
     ("ack", "ack cursor, awaited (writer thread + hand-overs)"),
     ("commit", "  of which the commit in the writer thread"),
+    ("commit_here", "  of which a commit on the trio thread (small write)"),
     ("final", "metrics and log line of the outcome"),
 )
 
@@ -95,6 +97,8 @@ def _instrument_webhooks() -> None:
     setattr(drain, "_write", _timed_async("ack", drain._write))  # noqa: B010
     setattr(drain, "_finalized", _timed("final", drain._finalized))  # noqa: B010
     setattr(writer.Store, "_commit_group", _timed("commit", writer.Store._commit_group))  # noqa: B010
+    if hasattr(writer.Store, "_commit_here"):  # not in a tree from before it (PYTHONPATH)
+        setattr(writer.Store, "_commit_here", _timed("commit_here", writer.Store._commit_here))  # noqa: B010
     setattr(writer.Store, "read", _timed_async("read", writer.Store.read))  # noqa: B010
     read_sql = _timed("read_sql", outbox.read_after_cursor)
     setattr(drainer, "outbox_mod", _Proxy(outbox, read_after_cursor=read_sql))  # noqa: B010

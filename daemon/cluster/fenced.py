@@ -36,7 +36,9 @@ def fenced(lease: Lease | None, fn: Callable[[Conn], T]) -> Callable[[Conn], T]:
     return tx
 
 
-async def write(store: Store, lease: Lease | None, fn: Callable[[Conn], T]) -> T:
-    """`store.write(fn)` on the strength of `lease`: LeaseLost (raised, nothing kept) when the
-    lease was lost."""
-    return await store.write(fenced(lease, fn))
+async def write(
+    store: Store, lease: Lease | None, fn: Callable[[Conn], T], *, small: bool = False
+) -> T:
+    """`store.write(fn, small=small)` on the strength of `lease`: LeaseLost (raised, nothing
+    kept) when the lease was lost."""
+    return await store.write(fenced(lease, fn), small=small)

@@ -108,9 +108,10 @@ class JobDrainer:
         self._stored_retry = False
         """A retry row may exist for the job (read or written): the next ack deletes it."""
 
-    async def _write(self, fn: Callable[[Conn], Any]) -> Any:
-        """`fn` in a store transaction that first checks the lease (LeaseLost: nothing kept)."""
-        return await fenced.write(self.store, self.lease, fn)
+    async def _write(self, fn: Callable[[Conn], Any], *, small: bool = False) -> Any:
+        """`fn` in a store transaction that first checks the lease (LeaseLost: nothing kept);
+        `small`: an ack, awaited before the next event goes out (Store.write)."""
+        return await fenced.write(self.store, self.lease, fn, small=small)
 
     def _may_send(self) -> None:
         """Raise LeaseLost once the lease may have run out (e.g. after a pause): nothing more
@@ -232,7 +233,8 @@ class JobDrainer:
                         prune=item.seq == last,
                         error=error,
                         clear=self._stored_retry,
-                    )
+                    ),
+                    small=True,
                 )
             except DB_ERRORS as exc:
                 # Sent, but not recorded: it goes out once more after a restart, with the

@@ -310,6 +310,11 @@ class PostgresBackend:
     def in_transaction(conn: PgConn) -> bool:
         return not conn.getautocommit()
 
+    @staticmethod
+    def commits_quickly(conn: PgConn) -> bool:
+        """Never: every statement is a round trip to the server."""
+        return False
+
     def retryable(self, exc: BaseException, committing: bool) -> bool:
         """Whether the whole group may run again: the server rolled it back (serialization
         failure, deadlock), or the connection was lost before COMMIT was sent (after, the

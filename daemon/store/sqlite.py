@@ -6,6 +6,10 @@
 # limiter and the trio side live in `daemon.store` and are the same for both backends; an APSW
 # connection already speaks the store contract (execute, executemany, changes), so areas get it
 # as it is, with no wrapper on the hot path.
+#
+# The WAL checkpoint is ours, not SQLite's automatic one (same threshold, same PASSIVE mode, after
+# the commit that reaches it): a checkpoint fsyncs, so it is left to the writer thread when the
+# store commits a small write on the trio thread (daemon/store/writer.py, `commits_quickly`).
 from __future__ import annotations
 
 import contextlib
@@ -18,6 +22,7 @@ from typing import Any, TypeVar
 
 import apsw
 import apsw.bestpractice
+import trio
 
 from daemon.logs import get_logger
 from daemon.store.errors import StoreUnavailable
@@ -27,6 +32,8 @@ T = TypeVar("T")
 log = get_logger("store")
 
 APPLICATION_ID = 0x63726C64  # "crld"
+CHECKPOINT_PAGES = 1000
+"""WAL pages from which each commit checkpoints (SQLite's own automatic checkpoint's default)."""
 
 apsw.bestpractice.apply(
     (
@@ -110,6 +117,8 @@ class SqliteBackend:
         self.readers = readers
         self.location = str(path)
         self._pool: list[apsw.Connection] = []
+        self._wal_pages = 0
+        """The WAL's size after the last commit (only the writer connection commits)."""
 
     def connect(self) -> apsw.Connection:
         conn = apsw.Connection(str(self.path), statementcachesize=256)
@@ -118,7 +127,26 @@ class SqliteBackend:
         conn.execute(f"pragma synchronous={self.synchronous}")
         conn.execute("pragma foreign_keys=on")
         conn.create_scalar_function("crawld_now_ms", _now_ms, 0)
+        conn.set_wal_hook(self._wal_written)
         return conn
+
+    def _wal_written(self, conn: apsw.Connection, name: str, pages: int) -> int:
+        """After each commit (instead of SQLite's automatic checkpoint): a PASSIVE checkpoint
+        once the WAL holds CHECKPOINT_PAGES, except on the trio thread (the writer thread's next
+        commit does it)."""
+        self._wal_pages = pages
+        if pages >= CHECKPOINT_PAGES and not trio.lowlevel.in_trio_run():
+            # As SQLite's own: the commit stands whatever the checkpoint does.
+            with contextlib.suppress(apsw.Error):
+                log_pages, copied = conn.wal_checkpoint(name)
+                if copied == log_pages:  # the next commit starts the WAL again (no reader in it)
+                    self._wal_pages = 0
+        return apsw.SQLITE_OK
+
+    def commits_quickly(self, conn: apsw.Connection) -> bool:
+        """No fsync per commit (WAL, synchronous=normal), no other process to wait for (the
+        state dir's lock), and no checkpoint due."""
+        return self.synchronous == "normal" and self._wal_pages < CHECKPOINT_PAGES
 
     def open_readers(self) -> None:
         self._pool = [self.connect() for _ in range(self.readers)]

@@ -23,10 +23,18 @@
 # - A cursor a job returns belongs to the writer's connection: the writer closes it before handing
 #   it back, so no other thread touches that connection (APSW frees an open cursor under the
 #   connection's lock, and retries from the trio thread while the writer holds it).
-# - SQLite calls block, so they never run on the trio thread: writes run in the writer thread
-#   (started through trio.to_thread with a limiter of its own) and reads in worker threads behind
-#   the store's own CapacityLimiter, so the HTTP layer's threads cannot starve the store (and the
+# - SQLite calls block, so they run off the trio thread: writes in the writer thread (started
+#   through trio.to_thread with a limiter of its own) and reads in worker threads behind the
+#   store's own CapacityLimiter, so the HTTP layer's threads cannot starve the store (and the
 #   other way round). On the trio thread a write only queues, parks and is rescheduled.
+# - One exception: a write its caller marks small (a webhook drainer's ack cursor, awaited before
+#   the next event goes out) commits on the trio thread when nothing is queued for the writer
+#   thread, it is the first write of its scheduler pass (concurrent ones still share a group)
+#   and the backend says the commit waits for nothing (SQLite in WAL mode, no fsync per commit,
+#   the checkpoint left to the writer thread: `Backend.commits_quickly`). The two thread
+#   hand-overs cost three times the commit and more under load; the writer's lock, taken
+#   without waiting, keeps the connection to one thread at a time, and a write that fails there
+#   is queued as usual.
 # - Readers use separate connections, each call a consistent snapshot (WAL; REPEATABLE READ).
 # - What differs between the backends (connections, migrations, which errors mean the database
 #   cannot take writes, which let a whole group run again) is the backend's: this module's code
@@ -38,12 +46,14 @@
 # - Wake-ups (daemon/store/wake.py) ride on the writes: a job's `notify(conn, ...)` calls are
 #   fired here once its group committed, and the backend sends them to other processes (on
 #   PostgreSQL, pg_notify inside the transaction; its LISTEN side runs beside the writer).
+# - How a group becomes transactions (savepoints after a failure, retries, health) is the base
+#   class's, in daemon/store/transactions.py.
 from __future__ import annotations
 
 import contextlib
 import os
 import queue
-import time
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -54,22 +64,14 @@ from daemon.logs import get_logger
 from daemon.store import wake
 from daemon.store.backends import file_backend
 from daemon.store.contract import Backend, StoreHealth, StoreStats
-from daemon.store.drivers import CURSORS, STORAGE_ERRORS
 from daemon.store.errors import StoreClosed
+from daemon.store.transactions import Transactions
 from daemon.store.wake import SAFETY_S, Wakeups
 
 T = TypeVar("T")
 log = get_logger("store")
 PROBE_LISTENING = 5
 """How many times longer the probe waits while the LISTEN connection would notice first."""
-
-
-class _RetryGroup(Exception):
-    """The backend says the whole group may run again (raised inside the writer thread)."""
-
-    def __init__(self, error: BaseException) -> None:
-        super().__init__(str(error))
-        self.error = error
 
 
 class _WriteJob:
@@ -103,7 +105,7 @@ class _WriteJob:
         return trio.lowlevel.Abort.SUCCEEDED
 
 
-class Store:
+class Store(Transactions):
     """The daemon's database: `await write(fn)` and `await read(fn)` with fn(conn) -> value."""
 
     inline = False
@@ -132,6 +134,8 @@ class Store:
         self._writer = target.connect()
         self._control = target.control(self._writer)
         """Runs BEGIN/SAVEPOINT/RELEASE/COMMIT."""
+        self._writer_lock = threading.Lock()
+        """Held by whichever thread runs a transaction on `_writer`."""
         self._jobs: queue.SimpleQueue[list[_WriteJob] | None] = queue.SimpleQueue()
         """Lists of jobs for the writer thread; None stops it."""
         self._pending: list[_WriteJob] = []
@@ -163,22 +167,7 @@ class Store:
         """Whether the last write transaction could be stored (False after disk full, I/O error)."""
         return self._health
 
-    def _storage_failed(self, exc: BaseException) -> None:
-        if self._health.writable:
-            log.error(
-                "the database cannot take writes",
-                backend=self.backend.name,
-                error=f"{type(exc).__name__}: {exc}",
-            )
-            reason = f"{type(exc).__name__}: {exc}"
-            self._health = StoreHealth(False, reason, time.time_ns() // 1_000_000)
-
-    def _storage_ok(self) -> None:
-        if not self._health.writable:
-            log.warning("the database takes writes again", since_ms=self._health.since_ms)
-            self._health = StoreHealth(writable=True)
-
-    async def write(self, fn: Callable[[Any], T]) -> T:
+    async def write(self, fn: Callable[[Any], T], *, small: bool = False) -> T:
         """Run fn(conn) in the writer's next transaction; its return value or exception comes back.
 
         The transaction commits before this returns. Cancelling the caller does not undo a write
@@ -188,7 +177,24 @@ class Store:
         transaction: disk full, I/O error), so it should only touch the database and its own
         return value. A cursor it returns comes back closed (it belongs to the writer's
         connection).
+
+        `small`: a few rows, awaited on a hot path. When it is the first write of its scheduler
+        pass, nothing else is queued and the backend commits quickly, it commits on the trio
+        thread instead, in a transaction of its own (in the same order with the other writes:
+        all of them committed before it), and returns without yielding to other tasks; when that
+        fails it is queued as usual, and `fn` runs again.
         """
+        if small and self._flusher is not None and self._flushing and not self._queued:
+            await trio.lowlevel.checkpoint_if_cancelled()
+            done = self._commit_here(fn)
+            if done is not None:
+                # Wake the flusher (it runs in the next pass): until then this pass's other
+                # writes queue, and small ones made together (many drainers acking) share a
+                # group in the writer thread instead of as many commits on this one.
+                if self._flusher is not None:
+                    trio.lowlevel.reschedule(self._flusher)
+                    self._flusher = None
+                return done.result
         if not self._flushing or self._queued >= self._max_queued:
             if self.inline:
                 await trio.lowlevel.checkpoint_if_cancelled()
@@ -227,6 +233,22 @@ class Store:
             raise job.error
         self._fire(job.notes)
         return job.result
+
+    def _commit_here(self, fn: Callable[[Any], Any]) -> _WriteJob | None:
+        """A small write with nothing queued: commit it on this thread when the writer thread is
+        idle and the backend's commit waits for nothing; None when it did not commit (the
+        caller queues it: `fn` may run again, as after a failed group)."""
+        lock = self._writer_lock
+        if not self._health.writable or not lock.acquire(blocking=False):
+            return None
+        try:
+            job = _WriteJob(fn, None, None)
+            if not self._commit_alone(job):
+                return None
+        finally:
+            lock.release()
+        self._fire(job.notes)
+        return job
 
     async def read(self, fn: Callable[[Any], T]) -> T:
         """Run fn(conn) on a reader connection (a consistent snapshot per call)."""
@@ -335,19 +357,8 @@ class Store:
                 batch += more
             for start in range(0, len(batch), limit):
                 group = batch[start : start + limit] if len(batch) > limit else batch
-                self.busy_since = time.monotonic()
-                try:
-                    self._commit_group(group)
-                except BaseException as exc:  # a job raised past Exception: fail its group, go on
-                    log.error("write group failed", error=f"{type(exc).__name__}: {exc}")
-                    with contextlib.suppress(Exception):
-                        if self.backend.in_transaction(self._writer):
-                            self._control("ROLLBACK")
-                    for job in group:
-                        job.result = None
-                        job.error = job.error or exc
-                finally:
-                    self.busy_since = None
+                with self._writer_lock:
+                    self._run_group(group)
                 token.run_sync_soon(self._deliver, group)
 
     def _deliver(self, batch: list[_WriteJob]) -> None:
@@ -371,177 +382,6 @@ class Store:
         if self._room:
             self._room.unpark_all()
 
-    def _commit_group(self, batch: list[_WriteJob]) -> None:
-        attempt = 0
-        while True:
-            try:
-                todo = self._commit_optimistic(batch)
-                while todo:
-                    todo = self._commit_once(todo)
-                return
-            except _RetryGroup as retry:
-                attempt += 1
-                for job in batch:
-                    job.error = job.result = None
-                if not self._recover(retry.error, attempt):
-                    for job in batch:
-                        job.error = retry.error
-                        self.stats.write_errors += 1
-                    return
-
-    def _recover(self, exc: BaseException, attempt: int) -> bool:
-        """After a retryable failure: roll back or reconnect; False when the group must fail
-        instead (the store stops, or it kept failing)."""
-        if isinstance(exc, self.backend.storage_errors) and not isinstance(
-            exc, self.backend.rolled_back
-        ):
-            self._storage_failed(exc)
-        log.warning(
-            "write transaction failed; running the group again",
-            backend=self.backend.name,
-            error=f"{type(exc).__name__}: {exc}",
-            attempt=attempt,
-        )
-        try:
-            if self.backend.in_transaction(self._writer):
-                self._control("ROLLBACK")
-                if attempt > 50:
-                    return False
-                time.sleep(min(0.001 * 2**attempt, 0.2))
-                return True
-        except Exception:
-            pass
-        if self._stopping or self.inline:
-            return False
-        try:
-            self._writer = self.backend.reconnect(self._writer)
-        except Exception as failed:
-            log.error("the writer could not reconnect", error=str(failed))
-            return False
-        self._control = self.backend.control(self._writer)
-        return True
-
-    def _commit_optimistic(self, batch: list[_WriteJob]) -> list[_WriteJob]:
-        """Run `batch` in one transaction without savepoints; return the jobs to run again.
-
-        When a job raises, the transaction rolls back: that job gets its exception (the jobs
-        before it ran as they would have with savepoints, so it failed as it would have), and the
-        others are returned, to run again with a savepoint each.
-        """
-        conn, run = self._writer, self._control
-        stats = self.stats
-        stats.transactions += 1
-        stats.write_jobs += len(batch)
-        if len(batch) > stats.largest_group:
-            stats.largest_group = len(batch)
-        try:
-            run("BEGIN")
-        except Exception as exc:
-            self._transaction_failed(batch, exc)
-            return []
-        try:
-            for job in batch:
-                _run_job(job, conn, self._send_wakeup)
-        except Exception as exc:
-            self._job_failed(job, exc)
-            others = [other for other in batch if other is not job]
-            try:
-                if self.backend.in_transaction(conn):
-                    run("ROLLBACK")
-            except Exception as rollback_exc:
-                self._transaction_failed(others, rollback_exc)
-                return []
-            for other in others:
-                other.result = None
-            return others
-        try:
-            run("COMMIT")
-        except Exception as exc:
-            self._transaction_failed(batch, exc, committing=True)
-            return []
-        self._storage_ok()
-        return []
-
-    def _job_failed(self, job: _WriteJob, exc: Exception) -> None:
-        if self.backend.retryable(exc, False):
-            raise _RetryGroup(exc) from exc
-        job.error = exc
-        job.result = None
-        self.stats.write_errors += 1
-        if isinstance(exc, STORAGE_ERRORS):
-            self._storage_failed(exc)
-
-    def _transaction_failed(
-        self, batch: list[_WriteJob], exc: Exception, *, committing: bool = False
-    ) -> None:
-        """BEGIN, COMMIT or a rollback failed: nothing is stored (or, for a COMMIT whose answer
-        was lost, nobody knows), every job without an error of its own gets this one."""
-        if isinstance(exc, _RetryGroup):
-            raise exc
-        if self.backend.retryable(exc, committing):
-            raise _RetryGroup(exc) from exc
-        if isinstance(exc, STORAGE_ERRORS):
-            self._storage_failed(exc)
-        if self.backend.in_transaction(self._writer):
-            with contextlib.suppress(Exception):
-                self._control("ROLLBACK")
-        log.error(
-            "write transaction failed", backend=self.backend.name, error=str(exc), jobs=len(batch)
-        )
-        for job in batch:
-            if job.error is None:
-                job.error = exc
-                job.result = None
-                self.stats.write_errors += 1
-
-    def _commit_once(self, batch: list[_WriteJob]) -> list[_WriteJob]:
-        """Run `batch` in one transaction, each job in a savepoint; return the jobs to run again
-        in a new one.
-
-        Some errors (SQLITE_FULL, IOERR, NOMEM, BUSY) make SQLite abandon the whole transaction,
-        not just the failing job's savepoint. Then the jobs before it were rolled back and the
-        ones after it must not run outside a transaction: everything but the failed job is
-        retried in a fresh transaction.
-        """
-        conn, run = self._writer, self._control
-        self.stats.transactions += 1
-        lost = False
-        failed = False
-        committing = False
-        try:
-            run("BEGIN")
-            for job in batch:
-                run("SAVEPOINT job")  # only this job rolls back on error
-                try:
-                    _run_job(job, conn, self._send_wakeup)
-                except Exception as exc:
-                    self._job_failed(job, exc)
-                    failed = True
-                    if not self.backend.in_transaction(conn):  # the whole transaction is gone
-                        lost = True
-                        break
-                    run("ROLLBACK TO job")
-                run("RELEASE job")
-            if not lost:
-                committing = True
-                run("COMMIT")
-                if not failed or not any(isinstance(job.error, STORAGE_ERRORS) for job in batch):
-                    self._storage_ok()
-        except Exception as exc:  # the commit (or a savepoint step) failed: nothing is stored
-            self._transaction_failed(batch, exc, committing=committing)
-            return []
-        if not lost:
-            return []
-        retry = [job for job in batch if job.error is None]
-        for job in retry:
-            job.result = None
-        log.warning(
-            "write transaction abandoned by the database; retrying the other jobs",
-            backend=self.backend.name,
-            jobs=len(retry),
-        )
-        return retry
-
     def open(self) -> None:
         self.schema_version = self.backend.migrate(self._writer)
         self.backend.open_readers()
@@ -553,17 +393,6 @@ class Store:
 
 def _probe(conn: Any) -> None:
     conn.execute("SELECT 1").fetchall()
-
-
-def _run_job(job: _WriteJob, conn: Any, send: Callable[[Any, str], None] | None) -> None:
-    wake.begin(job, send)
-    try:
-        result = job.fn(conn)
-    finally:
-        wake.end()
-    if isinstance(result, CURSORS):
-        result.close()  # type: ignore[attr-defined]  # an open writer cursor freed on the trio thread would wait for its lock
-    job.result = result
 
 
 @contextlib.asynccontextmanager

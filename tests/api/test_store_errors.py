@@ -16,7 +16,7 @@ from tests.api.conftest import StartDaemon, client, queue_rows, queue_size
 def fail_writes(daemon: Daemon, monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
     assert daemon.store is not None
 
-    async def write(fn: Any) -> Any:
+    async def write(fn: Any, **kwargs: Any) -> Any:
         raise error
 
     monkeypatch.setattr(daemon.store, "write", write)

@@ -31,11 +31,11 @@ class FailingWrites:
         self.failed = 0
         real = store.write
 
-        async def write(fn: Any) -> Any:
+        async def write(fn: Any, **kwargs: Any) -> Any:
             if self.on:
                 self.failed += 1
                 raise apsw.IOError("disk I/O error (injected)")
-            return await real(fn)
+            return await real(fn, **kwargs)
 
         monkeypatch.setattr(store, "write", write)
 
@@ -211,13 +211,13 @@ class LostCommits:
         real = store.write
         owner = trio.lowlevel.current_task()
 
-        async def write(fn: Any) -> Any:
+        async def write(fn: Any, **kwargs: Any) -> Any:
             if trio.lowlevel.current_task() is not owner:
-                return await real(fn)
+                return await real(fn, **kwargs)
             if self.before:
                 self.before -= 1
                 raise psycopg.OperationalError("server closed the connection (injected)")
-            result = await real(fn)
+            result = await real(fn, **kwargs)
             if self.after:
                 self.after -= 1
                 raise psycopg.OperationalError("server closed the connection (injected)")
