@@ -69,7 +69,7 @@ async def test_healthz_is_degraded_while_the_store_cannot_write(
     # (one that committed would rightly report the store writable again).
     real_write = daemon.store.write
 
-    async def write(fn: Any) -> Any:
+    async def write(fn: Any, **kwargs: Any) -> Any:
         return await real_write(disk_full)
 
     monkeypatch.setattr(daemon.store, "write", write)
