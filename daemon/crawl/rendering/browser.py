@@ -37,13 +37,27 @@ import trio
 from daemon.crawl.config import BrowserConfig, find_browser
 from daemon.crawl.rendering.cdp import CdpClosed, CdpError, Connection, Session
 from daemon.crawl.rendering.isolation import Slot, Slots
+from daemon.crawl.rendering.processes import (
+    DIR_PREFIX,
+    end_stale_browsers,
+    group_rss,
+    processes,
+    stale_browsers,
+)
 from daemon.logs import get_logger
 
 log = get_logger("crawl.browser")
 
-__all__ = ["Browser", "BrowserPool", "BrowserUnavailable", "browser_args", "stale_browsers"]
+__all__ = [
+    "DIR_PREFIX",
+    "Browser",
+    "BrowserPool",
+    "BrowserUnavailable",
+    "browser_args",
+    "end_stale_browsers",
+    "stale_browsers",
+]
 
-DIR_PREFIX = "crawld-browser-"
 START_SECONDS = 30.0
 CLOSE_SECONDS = 5.0
 MEMORY_CHECK_SECONDS = 2.0
@@ -145,99 +159,6 @@ def real_executable(path: str) -> str:
     return path
 
 
-def _owner_pid(dirname: str) -> int | None:
-    rest = dirname[len(DIR_PREFIX) :].split("-", 1)[0]
-    return int(rest) if rest.isdigit() else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _processes(proc: Path, marker: str) -> dict[int, str]:
-    """{pid: the argument holding `marker`} of the processes with such an argument."""
-    found: dict[int, str] = {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        for arg in argv:
-            text = arg.decode("utf-8", "replace")
-            if marker in text:
-                found[int(entry.name)] = text
-                break
-    return found
-
-
-def stale_browsers(proc: Path = Path("/proc"), base: str | None = None) -> list[int]:
-    """Pids of browser processes (crash handlers included) started by a crawld that is gone:
-    an argument names a `crawld-browser-<pid>-…` directory under `base` whose pid is not
-    running."""
-    marker = os.path.join(base or tempfile.gettempdir(), DIR_PREFIX)
-    stale = []
-    for pid, arg in _processes(proc, marker).items():
-        name = arg[arg.index(marker) + len(marker) - len(DIR_PREFIX) :].split("/", 1)[0]
-        owner = _owner_pid(name)
-        if owner is not None and owner != os.getpid() and not _alive(owner):
-            stale.append(pid)
-    return stale
-
-
-def end_stale_browsers() -> int:
-    """Kill what `stale_browsers` finds and remove their directories; the number killed."""
-    pids = stale_browsers()
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    base = Path(tempfile.gettempdir())
-    for path in base.glob(DIR_PREFIX + "*"):
-        owner = _owner_pid(path.name)
-        if owner is not None and owner != os.getpid() and not _alive(owner):
-            shutil.rmtree(path, ignore_errors=True)
-    if pids:
-        log.warning("ended browsers left by a previous crawld", processes=len(pids))
-    return len(pids)
-
-
-def _pss(entry: Path, page: int) -> int:
-    """Proportional set size (shared pages split among their users), RSS where the kernel has
-    no smaps_rollup: summing RSS would count Chromium's shared code once per process."""
-    try:
-        for line in (entry / "smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return int((entry / "statm").read_text().split()[1]) * page
-
-
-def _group_rss(pgid: int, proc: Path = Path("/proc")) -> int:
-    """Memory (PSS) of every process in process group `pgid`, in bytes."""
-    page = os.sysconf("SC_PAGE_SIZE")
-    total = 0
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            if int(fields[2]) != pgid:
-                continue
-            total += _pss(entry, page)
-        except (OSError, ValueError, IndexError):
-            continue
-    return total
-
-
 def _libc_prctl() -> Callable[[int, int], int] | None:
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl
@@ -285,12 +206,12 @@ class Browser:
         detach into groups of their own; their arguments name the user-data directory)."""
         with contextlib.suppress(OSError):
             os.killpg(self.process.pid, signal.SIGKILL)
-        for pid in _processes(Path("/proc"), self.user_data_dir):
+        for pid in processes(Path("/proc"), self.user_data_dir):
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
 
     def rss(self) -> int:
-        return _group_rss(self.process.pid)
+        return group_rss(self.process.pid)
 
 
 def _spawn(
