@@ -46,6 +46,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from benchkit import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 KEY_ENV = "CRAWLD_FUZZ_API_KEY"
@@ -124,12 +126,6 @@ def isolate(argv: list[str]) -> None:
     command = [unshare, "--net", *user, "--", "sh", "-c", f'{ip} link set lo up && exec "$@"',
                "sh", sys.executable, str(Path(__file__).resolve()), *argv]  # fmt: skip
     os.execve(unshare, command, {**os.environ, ISOLATED: "1"})
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for(url: str, proc: subprocess.Popen[bytes], healthy: bool, timeout: float = 30) -> None:

@@ -43,30 +43,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
+from benchkit import free_port, wait_up
 
 ROOT = Path(__file__).resolve().parents[1]
 PG_DSN = os.environ.get("CRAWLD_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
 SITE_PAGES = 150
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_up(url: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            httpx.get(url, timeout=2, trust_env=False)
-            return
-        except httpx.TransportError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 def cpu_seconds(pid: int) -> float:

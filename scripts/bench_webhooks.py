@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -39,18 +38,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchkit import free_port
+
 ROW = {"标题": "x" * 120, "链接": "https://example.com/item/123456", "发布时间": "2026-01-01 10:00"}
 SECRET_ENV = "CRAWLD_BENCH_WEBHOOK_SECRET"
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-# -- the baseline (own process, nothing from daemon) ----------------------------------------------
 
 
 def baseline_process(
