@@ -191,9 +191,7 @@ class Store(Transactions):
                 # Wake the flusher (it runs in the next pass): until then this pass's other
                 # writes queue, and small ones made together (many drainers acking) share a
                 # group in the writer thread instead of as many commits on this one.
-                if self._flusher is not None:
-                    trio.lowlevel.reschedule(self._flusher)
-                    self._flusher = None
+                self._wake_flusher()
                 return done.result
         if not self._flushing or self._queued >= self._max_queued:
             if self.inline:
@@ -205,15 +203,20 @@ class Store(Transactions):
         job = _WriteJob(fn, trio.lowlevel.current_task(), self)
         self._queued += 1
         self._pending.append(job)
-        if self._flusher is not None:  # the first job of this scheduler pass: wake the flusher
-            trio.lowlevel.reschedule(self._flusher)
-            self._flusher = None
+        if self._flusher is not None:  # the first job of this scheduler pass
+            self._wake_flusher()
         elif not self._flushing:
             self._hand_over()
         await trio.lowlevel.wait_task_rescheduled(job.abandon)
         if job.error is not None:
             raise job.error
         return job.result
+
+    def _wake_flusher(self) -> None:
+        """Let the parked flusher run in the next scheduler pass (if it is parked)."""
+        if self._flusher is not None:
+            trio.lowlevel.reschedule(self._flusher)
+            self._flusher = None
 
     async def _before_slow_write(self) -> None:
         """No flusher runs, or the queue is full: check for cancellation (the job would be
