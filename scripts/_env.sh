@@ -34,9 +34,12 @@ ensure_venv() {
         [ -z "$extras" ] || target="$ROOT[$extras]"
         # uv (from PyPI, into the virtualenv) fetches and installs the pinned set in parallel: a
         # fresh clone's install takes well under a minute instead of pip's several. pip remains
-        # the way when uv cannot be had.
+        # the way when uv cannot be had. Both leave the packages' bytecode compiled (pip does by
+        # default): a daemon whose user cannot write the virtualenv, or a shell that sets
+        # PYTHONDONTWRITEBYTECODE, would otherwise compile every module at every start.
         if "$VENV/bin/python" -m pip install --quiet "uv==$UV_VERSION" >&2 2>/dev/null &&
-            "$VENV/bin/python" -m uv pip install --quiet --python "$VENV/bin/python" -e "$target" >&2; then
+            "$VENV/bin/python" -m uv pip install --quiet --compile-bytecode \
+                --python "$VENV/bin/python" -e "$target" >&2; then
             :
         else
             echo "uv unavailable: installing with pip" >&2

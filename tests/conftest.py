@@ -94,6 +94,23 @@ forced closes) in fractions of a second; beside other tests' load they would tim
 They run with CLUSTER_MODULES, after the rest."""
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With CRAWLD_TEST_CLUSTER=only, modules (and folders) holding none of those tests are not
+    even imported: each of the phase's workers would otherwise collect the whole suite."""
+    if os.environ.get("CRAWLD_TEST_CLUSTER") != "only":
+        return None
+    try:
+        rel = collection_path.relative_to(config.rootpath).as_posix()
+    except ValueError:
+        return None
+    alone = CLUSTER_MODULES | TIMING_MODULES
+    if collection_path.is_dir():
+        return None if any(m.startswith(rel + "/") for m in alone) or rel == "." else True
+    if collection_path.name.startswith("test_") and collection_path.suffix == ".py":
+        return None if rel in alone else True
+    return None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """CRAWLD_TEST_CLUSTER=skip leaves out the tests of CLUSTER_MODULES and TIMING_MODULES,
     =only runs just them. `scripts/test` runs the rest in pytest-xdist workers, then these after

@@ -117,7 +117,7 @@ async def test_rows_reach_rabbitmq_with_ttl_and_properties(
     add_rows(setup.sim, setup.task_id, old=50, new=250)
     path = tmp_path / "crawld.toml"
     path.write_text(setup.config_text(amqp_url, queue_name))
-    async with trio.open_nursery() as nursery, httpx.AsyncClient() as http:
+    async with trio.open_nursery() as nursery, httpx.AsyncClient(timeout=30) as http:
         daemon = await serve_daemon(nursery, path)
         started = await http.post(api(daemon, "/crawl/start"), json={"task_id": "jobs"})
         assert started.status_code == 200
@@ -142,7 +142,7 @@ async def test_broker_connection_closed_mid_run_loses_nothing(
     add_rows(setup.sim, setup.task_id, old=0, new=3000)
     path = tmp_path / "crawld.toml"
     path.write_text(setup.config_text(amqp_url, queue_name, window=50))
-    async with trio.open_nursery() as nursery, httpx.AsyncClient() as http:
+    async with trio.open_nursery() as nursery, httpx.AsyncClient(timeout=30) as http:
         daemon = await serve_daemon(nursery, path)
         await http.post(api(daemon, "/crawl/start"), json={"task_id": "jobs"})
         with trio.fail_after(30):
@@ -194,7 +194,7 @@ async def test_kill_9_between_publish_and_checkpoint(
             stderr=subprocess.DEVNULL,
         )
 
-    async with httpx.AsyncClient() as http:
+    async with httpx.AsyncClient(timeout=30) as http:
         proc = spawn()
         try:
             with trio.fail_after(60):
