@@ -339,15 +339,15 @@ async def _screenshot(
 
 
 async def _wait_selector(session: Session, selector: str, deadline: float) -> None:
-    # Leave a moment of the page budget to report the failure as an action error.
+    # Give up a moment before the page's deadline, however slowly the browser answers a probe
+    # (a busy machine), so that the failure is the action's error, not the page's timeout.
     until = min(deadline - 0.5, trio.current_time() + 30.0)
     probe = f"document.querySelector({_js(selector)}) !== null"
-    while True:
-        if await _evaluate(session, probe):
-            return
-        if trio.current_time() >= until:
-            raise _ActionFailed(f"no element matches {selector!r}")
-        await trio.sleep(POLL_SECONDS)
+    with trio.move_on_at(until):
+        while not await _evaluate(session, probe):
+            await trio.sleep(POLL_SECONDS)
+        return
+    raise _ActionFailed(f"no element matches {selector!r}")
 
 
 _POINTS = """(() => {
