@@ -126,7 +126,7 @@ async def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[
                 sim, "127.0.0.1:0", shutdown=stop, task_status=task_status
             )
         )
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(timeout=30) as http:
             env = Env(
                 sim, task_id, f"http://{host}:{port}", tmp_path / "crawld.toml", http, nursery
             )
