@@ -61,7 +61,9 @@ def base_url(daemon: Daemon) -> str:
 
 def client(daemon: Daemon, key: str | None = None) -> httpx.AsyncClient:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    return httpx.AsyncClient(base_url=base_url(daemon), headers=headers, trust_env=False)
+    return httpx.AsyncClient(
+        base_url=base_url(daemon), headers=headers, trust_env=False, timeout=30
+    )
 
 
 async def queue_rows(daemon: Daemon, count: int, queue: str = "job_data") -> None:
