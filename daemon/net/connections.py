@@ -136,13 +136,7 @@ class HostConnections(httpx.AsyncBaseTransport):
         origin = core.url.origin
         conn = await self._take(origin)
         if conn is None:
-            conn = httpcore.AsyncHTTPConnection(
-                origin,
-                ssl_context=self.ssl_context,
-                keepalive_expiry=self.keepalive_expiry,
-                network_backend=self._backend,
-            )
-            self.opened += 1
+            conn = self._connect(origin)
         try:
             with _as_httpx_errors():
                 response = await conn.handle_async_request(core)
@@ -150,6 +144,15 @@ class HostConnections(httpx.AsyncBaseTransport):
             await self._discard(conn)
             raise
         return conn, response
+
+    def _connect(self, origin: httpcore.Origin) -> httpcore.AsyncHTTPConnection:
+        self.opened += 1
+        return httpcore.AsyncHTTPConnection(
+            origin,
+            ssl_context=self.ssl_context,
+            keepalive_expiry=self.keepalive_expiry,
+            network_backend=self._backend,
+        )
 
     async def _take(self, origin: httpcore.Origin) -> httpcore.AsyncHTTPConnection | None:
         """The most recently used idle connection that can still serve `origin`; the others
@@ -167,8 +170,7 @@ class HostConnections(httpx.AsyncBaseTransport):
         else:
             await self._discard(conn)
 
-    @staticmethod
-    async def _discard(conn: httpcore.AsyncHTTPConnection) -> None:
+    async def _discard(self, conn: httpcore.AsyncHTTPConnection) -> None:
         with trio.CancelScope(shield=True):
             await conn.aclose()
 

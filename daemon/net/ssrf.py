@@ -448,10 +448,15 @@ def error_kind(exc: BaseException) -> str:
 
 
 def new_client(
-    *, max_connections: int = 100, max_keepalive: int = 20, verify: bool = True
+    *,
+    max_connections: int = 100,
+    max_keepalive: int = 20,
+    verify: bool = True,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> httpx.AsyncClient:
     """An AsyncClient fit for `post_vetted`: no redirects, no proxies or .netrc from the
-    environment (a proxy would connect on our behalf, unchecked), no cookies kept."""
+    environment (a proxy would connect on our behalf, unchecked), no cookies kept. With a
+    `transport`, the limits and `verify` are the transport's business."""
     return httpx.AsyncClient(
         follow_redirects=False,
         trust_env=False,
@@ -459,6 +464,7 @@ def new_client(
         limits=httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_keepalive
         ),
+        transport=transport,
         cookies=http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
     )
 

@@ -10,9 +10,12 @@
 # cap (decompressed bytes count). Failures are FetchError with Firecrawl's
 # error codes, which the API returns as they are.
 #
-# Connections: plain-http hops share one client (its pool is keyed by IP and port, which is
-# harmless without TLS); https hops use a client per host name, because a pool keyed by IP would
-# reuse a TLS session verified for another name on the same address. Resolutions are cached for a
+# Connections: plain-http hops share one client (its connections are kept by IP and port, which
+# is harmless without TLS); https hops use a client per host name, because connections kept by IP
+# would reuse a TLS session verified for another name on the same address. The clients' transport
+# is daemon/net/origins.py, not httpcore's pool, whose scans of every pooled connection per request
+# cost a fifth of a page's time on the event loop; the crawl's fetch slots and HostGate bound the
+# requests in flight. Resolutions are cached for a
 # minute (a crawl asks for the same host thousands of times); the cached addresses are vetted at
 # every use. HostGate spaces requests to one host (per-host concurrency and politeness delay)
 # across every job, on trio's clock.
@@ -31,6 +34,7 @@
 from __future__ import annotations
 
 import http.cookiejar
+import ssl
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
@@ -53,6 +57,7 @@ from daemon.crawl.fetching.fetch_rules import (
 from daemon.crawl.fetching.hostgate import HostGate
 from daemon.crawl.proxies import RETRY_STATUSES, Proxies, ProxyServer, Rotation, Upstream
 from daemon.metrics import REGISTRY
+from daemon.net.origins import OriginConnections
 from daemon.net.ssrf import (
     BlockedAddress,
     ResolutionFailed,
@@ -83,6 +88,10 @@ _CALLER_DROPPED = frozenset(
 )
 _PROXY_DROPPED = frozenset({"proxy-authorization", "proxy-connection"})
 _HTTPS_CLIENTS = 64
+_HTTP_IDLE = 64
+"""Keep-alive connections kept idle over every plain-http host."""
+_HTTPS_IDLE = 8
+"""Keep-alive connections kept idle per https host name."""
 DNS_CACHE_SECONDS = 60.0
 _DNS_CACHE_SIZE = 4096
 
@@ -193,7 +202,8 @@ class Fetcher:
             DNS_CACHE_SECONDS, _DNS_CACHE_SIZE
         )
         self._allow = parse_networks(policy.allow_cidrs)
-        self._http = new_client(max_connections=256, max_keepalive=64)
+        self._tls: dict[bool, ssl.SSLContext] = {}
+        self._http = new_client(transport=OriginConnections(max_idle=_HTTP_IDLE))
         self._https: OrderedDict[tuple[str, bool], httpx.AsyncClient] = OrderedDict()
         self._in_use: dict[int, int] = {}
         self._retired: list[httpx.AsyncClient] = []
@@ -232,7 +242,11 @@ class Fetcher:
         key = (host, verify)
         client = self._https.get(key)
         if client is None:
-            client = new_client(max_connections=32, max_keepalive=8, verify=verify)
+            if (context := self._tls.get(verify)) is None:
+                context = self._tls[verify] = httpx.create_ssl_context(verify, trust_env=False)
+            client = new_client(
+                transport=OriginConnections(max_idle=_HTTPS_IDLE, ssl_context=context)
+            )
             self._https[key] = client
             while len(self._https) > _HTTPS_CLIENTS:
                 _, old = self._https.popitem(last=False)
