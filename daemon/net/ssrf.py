@@ -309,6 +309,32 @@ def pinned_post(
     return httpx.Request("POST", target, content=body, headers=merged, extensions=extensions)
 
 
+_CLIENT_HEADERS = (
+    ("Accept", "*/*"),
+    ("Accept-Encoding", "gzip, deflate"),
+    ("Connection", "keep-alive"),
+    ("User-Agent", f"python-httpx/{httpx.__version__}"),
+)
+"""The headers httpx's client puts first on every request (its `headers`' defaults)."""
+
+
+def pinned_get(
+    url: httpx.URL, vetted: Vetted, headers: Mapping[str, str], timeout: httpx.Timeout
+) -> httpx.Request:
+    """A GET of `url` to `vetted.ip`, keeping the URL's Host header and TLS SNI, built for a
+    transport: the headers an httpx client would send (its defaults, then `headers`, which win
+    over them whatever their case), but none of the client's layers around the exchange
+    (cookies, auth, event hooks, redirects), which a fetch of vetted hops does not use."""
+    merged = httpx.Headers(_CLIENT_HEADERS)
+    merged.update({k: v for k, v in headers.items() if k.lower() != "host"})
+    merged["Host"] = url.netloc.decode("ascii")
+    extensions: dict[str, Any] = {"timeout": timeout.as_dict()}
+    if vetted.scheme == "https":
+        extensions["sni_hostname"] = vetted.host
+    return httpx.Request("GET", url.copy_with(host=vetted.ip), headers=merged,
+                         extensions=extensions)  # fmt: skip
+
+
 def pinned_core_post(
     url: str, vetted: Vetted, body: bytes, headers: Mapping[str, str], timeout: float
 ) -> httpcore.Request:
@@ -448,15 +474,10 @@ def error_kind(exc: BaseException) -> str:
 
 
 def new_client(
-    *,
-    max_connections: int = 100,
-    max_keepalive: int = 20,
-    verify: bool = True,
-    transport: httpx.AsyncBaseTransport | None = None,
+    *, max_connections: int = 100, max_keepalive: int = 20, verify: bool = True
 ) -> httpx.AsyncClient:
     """An AsyncClient fit for `post_vetted`: no redirects, no proxies or .netrc from the
-    environment (a proxy would connect on our behalf, unchecked), no cookies kept. With a
-    `transport`, the limits and `verify` are the transport's business."""
+    environment (a proxy would connect on our behalf, unchecked), no cookies kept."""
     return httpx.AsyncClient(
         follow_redirects=False,
         trust_env=False,
@@ -464,7 +485,6 @@ def new_client(
         limits=httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_keepalive
         ),
-        transport=transport,
         cookies=http.cookiejar.CookieJar(http.cookiejar.DefaultCookiePolicy(allowed_domains=[])),
     )
 
