@@ -11,18 +11,25 @@
 # when a crawl is fast.
 #
 # Cluster mode: every instance runs a JobRun for every running crawl (the service's scan picks up
-# those it did not create). Workers claim frontier rows for this process (`claimant`), as many
-# as they can fetch now, so pages spread over the instances; a commit stores only the pages whose
-# rows this process still holds, after `lock_job`, which orders the commits of one crawl over
-# every instance and says whether the crawl ended. The crawl's end (completed, cancelled, failed)
-# is decided once, by `conclude` (see daemon/crawl/runs/store.py), and the process that decided it
-# gives the job its final status. A paced crawl (delay or Crawl-delay) runs in one place: under
-# the lease `crawl:<job id>`, whose holder claims every queued row and checks the lease in each
-# write; the others wait for the lease. The kickoff (start URL, sitemap) runs under the same lease.
+# those it did not create). Workers claim frontier rows for this process (`claimant`), a chunk of
+# `concurrency` rows whenever its queue runs dry, so pages spread over the instances; a commit
+# stores only the pages whose rows this process still holds, after `lock_job`, which orders the
+# commits of one crawl over every instance and says whether the crawl ended. The crawl's end
+# (completed, cancelled, failed) is decided once, by `conclude` (see daemon/crawl/runs/store.py),
+# and the process that decided it gives the job its final status. A paced crawl (delay or
+# Crawl-delay) runs in one place: under the lease `crawl:<job id>`, whose holder claims every queued
+# row and checks the lease in each write; the others wait for the lease. The kickoff (start URL,
+# sitemap) runs under the same lease.
+#
+# Why a chunk, not just the rows the workers can fetch now: with the pages waiting for their commit
+# counted as in flight, that came to one row per claim, each a transaction of its own, taken one
+# after the other behind the refill lock; at concurrency 16 the claims' round trips, not the
+# fetches, bounded a fast crawl (scripts/bench_crawl.py: a third more pages/s in chunks).
 #
 # Only the pages between fetch and commit are lost at a kill -9: at most [crawl] concurrency being
 # fetched, as many waiting for the committer and a batch of them being committed; their rows stay
-# queued, claimed by a dead process, and another instance claims and fetches them again.
+# queued, claimed by a dead process, and another instance claims and fetches them again (as it
+# does the rows claimed ahead and not yet fetched, at most a chunk).
 #
 # On a shared store (PostgreSQL) this process hands the store one crawl write that locks a crawl's
 # rows at a time (`CrawlWrites`): the store commits queued writes in groups, and a group holding
@@ -367,7 +374,7 @@ class JobRun:
                 if self.dry == self.generation:
                     backlog = None  # another worker just found nothing: wait with it
                 else:
-                    want = max(1, self.concurrency - self.in_flight)
+                    want = self.concurrency
                     rows, backlog = await self.writes.write(
                         lambda c: self._claim_tx(c, want)  # noqa: B023
                     )
