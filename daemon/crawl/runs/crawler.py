@@ -56,6 +56,7 @@ import trio
 
 from daemon.clock import EpochClock, wall_ms
 from daemon.cluster import Cluster, Lease, fenced
+from daemon.crawl.cache.documents import Hit
 from daemon.crawl.discovery.robots import Robots, fetch_robots
 from daemon.crawl.discovery.sitemap import sitemap_urls
 from daemon.crawl.fetching.fetch import FetchError
@@ -140,6 +141,8 @@ class JobRun:
         self.concurrency = 1
         self.pace: float | None = None
         self.queue: deque[crawlstore.FrontierEntry] = deque()
+        self.looked_up: dict[int, Hit | None] = {}
+        """The document cache's answers for queued rows, by frontier `n` (asked per claim)."""
         self.in_flight = 0
         self.generation = 0
         self.dry: int | None = None
@@ -263,6 +266,7 @@ class JobRun:
         # instance fetches again) at most the pages being fetched, waiting here and committed.
         self.lease = lease
         self.queue.clear()
+        self.looked_up.clear()
         self.in_flight = 0
         self.drained = None
         await self.writes.write(
@@ -378,6 +382,7 @@ class JobRun:
                     rows, backlog = await self.writes.write(
                         lambda c: self._claim_tx(c, want)  # noqa: B023
                     )
+                    await self._look_up(rows)
                     self.queue.extend(rows)
                     self.dry = None if rows else self.generation
             if self.queue:
@@ -398,6 +403,15 @@ class JobRun:
             with trio.move_on_after(POLL_S):
                 await wake.first(self.lot.park, frontier.wait)
             self.dry = None
+
+    async def _look_up(self, rows: list[crawlstore.FrontierEntry]) -> None:
+        """Ask the document cache for a claimed chunk in one read, not one per page."""
+        cache, plan = self.engine.maker.cache, self.page_plan.cache
+        if not rows or cache is None or plan is None or not plan.read:
+            return
+        found = await cache.lookup_many([row.url for row in rows], plan)
+        for row in rows:
+            self.looked_up[row.n] = found[row.url]
 
     def _claim_tx(
         self, conn: Conn, want: int
@@ -435,6 +449,7 @@ class JobRun:
                 concurrency=self.max_concurrency,
                 delay=self.pace,
                 slot=slot,
+                looked_up=(self.looked_up.pop(entry.n),) if entry.n in self.looked_up else None,
             )
             result, document, links = produced.result, produced.document, produced.links
         except FetchError as exc:
