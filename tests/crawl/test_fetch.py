@@ -224,6 +224,7 @@ async def test_user_agent_and_caller_headers(
     assert first.headers["accept-encoding"] == "gzip, deflate"
     assert "cookie" not in first.headers
     assert first.headers["host"] == f"site.test:{site.port}"
+    assert first.extensions["vetted_ip"] == "127.0.0.1"  # where it goes: not the name again
     assert first.headers["authorization"] == "Bearer x"
     assert second.headers["host"] == f"www.site.test:{site.port}"
     assert "authorization" not in second.headers  # dropped across origins
