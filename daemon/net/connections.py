@@ -15,8 +15,9 @@
 # What stays as in httpx: httpcore's connection (h11, TLS with the request's `sni_hostname` and
 # the certificate checked against it, timeouts from the request's extensions), keep-alive for 5 s,
 # and httpx's exception types. No proxies, no HTTP/2. Requests go to the request URL's host, which
-# `ssrf.pinned_post` made the vetted IP; a connection serves only requests for its own
-# (scheme, IP, port), so a new vetted address never reuses a connection made for the old one.
+# `ssrf.pinned_post` made the vetted IP, or to the address in the request's `vetted_ip` extension
+# (`ssrf.pinned_get`, whose URL keeps the vetted name); a connection serves only requests for its
+# own (scheme, IP, port), so a new vetted address never reuses a connection made for the old one.
 from __future__ import annotations
 
 import contextlib
@@ -29,6 +30,9 @@ import trio
 
 from daemon.net.coalesce import CoalescingBackend
 
+VETTED_IP = "vetted_ip"
+"""A request extension: the address to connect to, instead of the URL's host (which then stays
+the name the SSRF guard vetted; `ssrf.pinned_get`)."""
 KEEPALIVE_S = 5.0
 """An idle connection is closed after this long (httpx's default)."""
 
@@ -86,11 +90,11 @@ class HostConnections(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
+        ip = request.extensions.get(VETTED_IP)
+        host = url.raw_host if ip is None else ip.encode("ascii")
         core = httpcore.Request(
             method=request.method,
-            url=httpcore.URL(
-                scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
-            ),
+            url=httpcore.URL(scheme=url.raw_scheme, host=host, port=url.port, target=url.raw_path),
             headers=request.headers.raw,
             content=request.content,
             extensions=request.extensions,
@@ -136,13 +140,7 @@ class HostConnections(httpx.AsyncBaseTransport):
         origin = core.url.origin
         conn = await self._take(origin)
         if conn is None:
-            conn = httpcore.AsyncHTTPConnection(
-                origin,
-                ssl_context=self.ssl_context,
-                keepalive_expiry=self.keepalive_expiry,
-                network_backend=self._backend,
-            )
-            self.opened += 1
+            conn = self._connect(origin)
         try:
             with _as_httpx_errors():
                 response = await conn.handle_async_request(core)
@@ -150,6 +148,15 @@ class HostConnections(httpx.AsyncBaseTransport):
             await self._discard(conn)
             raise
         return conn, response
+
+    def _connect(self, origin: httpcore.Origin) -> httpcore.AsyncHTTPConnection:
+        self.opened += 1
+        return httpcore.AsyncHTTPConnection(
+            origin,
+            ssl_context=self.ssl_context,
+            keepalive_expiry=self.keepalive_expiry,
+            network_backend=self._backend,
+        )
 
     async def _take(self, origin: httpcore.Origin) -> httpcore.AsyncHTTPConnection | None:
         """The most recently used idle connection that can still serve `origin`; the others
@@ -167,8 +174,7 @@ class HostConnections(httpx.AsyncBaseTransport):
         else:
             await self._discard(conn)
 
-    @staticmethod
-    async def _discard(conn: httpcore.AsyncHTTPConnection) -> None:
+    async def _discard(self, conn: httpcore.AsyncHTTPConnection) -> None:
         with trio.CancelScope(shield=True):
             await conn.aclose()
 

@@ -266,10 +266,10 @@ def test_converter_failure_falls_back_to_text(monkeypatch: pytest.MonkeyPatch) -
 
     from daemon.crawl.content import document
 
-    def refuse(html: str, options: object) -> object:
+    def refuse(html: str) -> object:
         raise html_to_markdown.ConversionError("boom")
 
-    monkeypatch.setattr(document, "convert", refuse)
+    monkeypatch.setattr(document, "_convert_markdown", refuse)
     md = doc("<article><h1>Head</h1><p>Body text</p></article>")["markdown"]
     assert md == "Head\nBody text"
 
@@ -337,3 +337,14 @@ def test_plain_join_agrees_with_urljoin(base: str, head: str, tail: str) -> None
     joined = plain_join(base, href)
     if joined is not None:
         assert joined == urljoin(base, href)
+
+
+def test_markdown_uses_the_prepared_options_and_converts_as_the_library_does() -> None:
+    from html_to_markdown import convert
+
+    from daemon.crawl.content import document
+
+    assert document._convert_markdown.__name__ == "converted"  # not the per-call fallback
+    html = "<h1>T</h1><p>a <b>b</b> <a href='/x'>c</a></p><ul><li>d</li></ul><nav>n</nav>"
+    expected = convert(html, document._MARKDOWN_OPTIONS).content
+    assert document.to_markdown(html, remove_base64_images=False) == expected

@@ -3,7 +3,6 @@ from __future__ import annotations
 import functools
 import ssl
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -13,6 +12,7 @@ import trio.testing
 from daemon.crawl.fetching.fetch import Fetcher, FetchError, HostGate, accepted_content_type
 from daemon.crawl.fetching.urls import CrawlScope
 from daemon.fakes.site import SiteSim, host_map_resolver
+from daemon.net.origins import OriginConnections
 
 from .conftest import policy
 
@@ -64,13 +64,13 @@ async def test_redirect_to_metadata_is_refused_by_decision(
     site: SiteSim, fetcher: Fetcher, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent: list[str] = []
-    real_send = httpx.AsyncClient.send
+    real_send = OriginConnections.handle_async_request
 
-    async def spy(self: httpx.AsyncClient, request: httpx.Request, **kw: Any) -> httpx.Response:
+    async def spy(self: OriginConnections, request: httpx.Request) -> httpx.Response:
         sent.append(str(request.url))
-        return await real_send(self, request, **kw)
+        return await real_send(self, request)
 
-    monkeypatch.setattr(httpx.AsyncClient, "send", spy)
+    monkeypatch.setattr(OriginConnections, "handle_async_request", spy)
     with pytest.raises(FetchError) as info:
         await fetcher.fetch(site.url("/redirect/metadata"))
     assert info.value.code == "CRAWL_DENIAL"
@@ -206,13 +206,13 @@ async def test_user_agent_and_caller_headers(
     site: SiteSim, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent: list[httpx.Request] = []
-    real_send = httpx.AsyncClient.send
+    real_send = OriginConnections.handle_async_request
 
-    async def spy(self: httpx.AsyncClient, request: httpx.Request, **kw: Any) -> httpx.Response:
+    async def spy(self: OriginConnections, request: httpx.Request) -> httpx.Response:
         sent.append(request)
-        return await real_send(self, request, **kw)
+        return await real_send(self, request)
 
-    monkeypatch.setattr(httpx.AsyncClient, "send", spy)
+    monkeypatch.setattr(OriginConnections, "handle_async_request", spy)
     async with Fetcher(policy(), resolver=host_map_resolver()) as fetcher:
         await fetcher.fetch(
             site.url("/redirect/www"),
@@ -220,7 +220,11 @@ async def test_user_agent_and_caller_headers(
         )
     first, second = sent
     assert first.headers["user-agent"] == "crawld-test FirecrawlAgent"
+    assert first.headers["accept"] == "*/*"  # as an httpx client sends it
+    assert first.headers["accept-encoding"] == "gzip, deflate"
+    assert "cookie" not in first.headers
     assert first.headers["host"] == f"site.test:{site.port}"
+    assert first.extensions["vetted_ip"] == "127.0.0.1"  # where it goes: not the name again
     assert first.headers["authorization"] == "Bearer x"
     assert second.headers["host"] == f"www.site.test:{site.port}"
     assert "authorization" not in second.headers  # dropped across origins

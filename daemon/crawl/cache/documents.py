@@ -78,6 +78,19 @@ def read(conn: Conn, key: str, oldest_ms: int, newest_ms: int) -> tuple[str, int
     return None if row is None else (str(row[0]), int(row[1]))
 
 
+def read_many(
+    conn: Conn, keys: list[str], oldest_ms: int, newest_ms: int
+) -> dict[str, tuple[str, int]]:
+    """`read` of several keys in one statement: {key: (value JSON, created ms)} of those found."""
+    marks = ", ".join("?" * len(keys))
+    rows = conn.execute(
+        f"SELECT key, value, created_ms FROM crawl_cache WHERE key IN ({marks})"
+        " AND created_ms >= ? AND created_ms <= ?",
+        (*keys, oldest_ms, newest_ms),
+    ).fetchall()
+    return {str(r[0]): (str(r[1]), int(r[2])) for r in rows}
+
+
 def write(conn: Conn, key: str, url: str, value: str, now_ms: int) -> None:
     conn.execute(
         "INSERT INTO crawl_cache (key, url, created_ms, bytes, value) VALUES (?, ?, ?, ?, ?)"
@@ -163,27 +176,31 @@ class DocumentCache:
         nothing)."""
         if not plan.read:
             return None
-        found = None
-        if self.enabled:
+        return (await self.lookup_many([url], plan))[url]
+
+    async def lookup_many(self, urls: list[str], plan: CachePlan) -> dict[str, Hit | None]:
+        """`lookup` of several URLs in one read of the store (a crawl's claimed rows): each
+        URL's copy or None. Call it only with a plan that may read."""
+        found: dict[str, Hit | None] = dict.fromkeys(urls)
+        if self.enabled and urls:
             assert self.store is not None
             oldest, newest = window(plan, self.clock_ms())
-            key = cache_key(url, plan)
+            keys = {url: cache_key(url, plan) for url in urls}
+            wanted = list(dict.fromkeys(keys.values()))
             try:
-                row = await self.store.read(lambda c: read(c, key, oldest, newest))
+                rows = await self.store.read(lambda c: read_many(c, wanted, oldest, newest))
             except _FAILURES as exc:
                 log.warning("document cache not readable; treated as a miss", error=str(exc))
-                row = None
-            if row is not None:
-                try:
-                    found = Hit(_decode(row[0]), row[1])
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    found = None
-        if found is None:
-            self.misses += 1
-            lookups.labels("miss").inc()
-        else:
-            self.hits += 1
-            lookups.labels("hit").inc()
+                rows = {}
+            for url, key in keys.items():
+                if (row := rows.get(key)) is not None:
+                    with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+                        found[url] = Hit(_decode(row[0]), row[1])
+        hits = sum(hit is not None for hit in found.values())
+        self.hits += hits
+        self.misses += len(found) - hits
+        lookups.labels("hit").inc(hits)
+        lookups.labels("miss").inc(len(found) - hits)
         return found
 
     async def remember(self, url: str, plan: CachePlan, page: Cached) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urljoin
 
@@ -58,6 +58,29 @@ BASE64_IMAGE_REMOVED = "<Base64-Image-Removed>"
 _MARKDOWN_OPTIONS = ConversionOptions(
     extract_metadata=False, preprocessing=PreprocessingOptions(enabled=False)
 )
+
+
+def _markdown_converter() -> Callable[[str], str | None]:
+    """`convert(html, _MARKDOWN_OPTIONS).content`, with the options made into the converter's
+    own object once: `convert` rebuilds that object from ConversionOptions on every call, a
+    third of a small page's document time. The library's plain `convert` should its private
+    names move (the version is pinned; tests/crawl/test_document.py checks this path is taken)."""
+    try:
+        from html_to_markdown import _html_to_markdown as rust
+        from html_to_markdown.api import _to_rust_conversion_options
+
+        prepared = _to_rust_conversion_options(_MARKDOWN_OPTIONS)
+        rust_convert = rust.convert
+    except (ImportError, AttributeError):
+        return lambda html: convert(html, _MARKDOWN_OPTIONS).content
+
+    def converted(html: str) -> str | None:
+        return rust_convert(html=html, options=prepared, visitor=None).content
+
+    return converted
+
+
+_convert_markdown = _markdown_converter()
 _BASE64_IMAGE = re.compile(r"(!\[[^\]]*\])\(<?data:[^)>]*>?\)")
 _CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.I)
 _HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
@@ -406,7 +429,7 @@ def to_markdown(html: str, *, remove_base64_images: bool) -> str:
     """Markdown of cleaned html; the page's plain text if the converter refuses the input
     (a page never fails for its markup)."""
     try:
-        markdown = convert(html, _MARKDOWN_OPTIONS).content or ""
+        markdown = _convert_markdown(html) or ""
     except ConversionError:
         markdown = LexborHTMLParser(html).text(separator="\n", strip=True)
     if remove_base64_images:

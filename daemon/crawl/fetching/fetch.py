@@ -10,12 +10,17 @@
 # cap (decompressed bytes count). Failures are FetchError with Firecrawl's
 # error codes, which the API returns as they are.
 #
-# Connections: plain-http hops share one client (its pool is keyed by IP and port, which is
-# harmless without TLS); https hops use a client per host name, because a pool keyed by IP would
-# reuse a TLS session verified for another name on the same address. Resolutions are cached for a
-# minute (a crawl asks for the same host thousands of times); the cached addresses are vetted at
-# every use. HostGate spaces requests to one host (per-host concurrency and politeness delay)
-# across every job, on trio's clock.
+# Connections: plain-http hops share one set of connections (kept by IP and port, which is harmless
+# without TLS); https hops use a set per host name, because connections kept by IP would reuse a TLS
+# session verified for another name on the same address. Those sets are httpx transports of
+# daemon/net/origins.py, not httpcore's pool, whose scans of every pooled connection per request
+# cost a fifth of a page's time on the event loop (the crawl's fetch slots and HostGate bound the
+# requests in flight), and a direct hop's request is built whole by `ssrf.pinned_get` and handed to
+# the transport, without an httpx client's layers (cookies, auth, event hooks, redirects: none of
+# them used here, each paid per request). Resolutions are cached for a minute (a crawl asks for the
+# same host thousands of times); the cached addresses are vetted at every use. HostGate spaces
+# requests to one host (per-host concurrency and politeness delay) across every job, on trio's
+# clock.
 #
 # Outbound proxies (`[crawl] proxies`, daemon/crawl/proxies.py): the target is vetted exactly as
 # above FIRST, so a name resolving to a private or metadata address is refused before a proxy
@@ -31,6 +36,7 @@
 from __future__ import annotations
 
 import http.cookiejar
+import ssl
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
@@ -53,14 +59,14 @@ from daemon.crawl.fetching.fetch_rules import (
 from daemon.crawl.fetching.hostgate import HostGate
 from daemon.crawl.proxies import RETRY_STATUSES, Proxies, ProxyServer, Rotation, Upstream
 from daemon.metrics import REGISTRY
+from daemon.net.origins import OriginConnections
 from daemon.net.ssrf import (
     BlockedAddress,
     ResolutionFailed,
     Resolver,
     Vetted,
-    new_client,
     parse_networks,
-    pinned_request,
+    pinned_get,
     system_resolver,
     vet_url,
 )
@@ -83,6 +89,13 @@ _CALLER_DROPPED = frozenset(
 )
 _PROXY_DROPPED = frozenset({"proxy-authorization", "proxy-connection"})
 _HTTPS_CLIENTS = 64
+Sender = httpx.AsyncClient | OriginConnections
+"""A proxy's client, or the connections a hop goes to directly (no client layers: the request
+is built whole by `pinned_get`)."""
+_HTTP_IDLE = 64
+"""Keep-alive connections kept idle over every plain-http host."""
+_HTTPS_IDLE = 8
+"""Keep-alive connections kept idle per https host name."""
 DNS_CACHE_SECONDS = 60.0
 _DNS_CACHE_SIZE = 4096
 
@@ -193,10 +206,12 @@ class Fetcher:
             DNS_CACHE_SECONDS, _DNS_CACHE_SIZE
         )
         self._allow = parse_networks(policy.allow_cidrs)
-        self._http = new_client(max_connections=256, max_keepalive=64)
-        self._https: OrderedDict[tuple[str, bool], httpx.AsyncClient] = OrderedDict()
+        self._tls: dict[bool, ssl.SSLContext] = {}
+        self._timeouts = httpx.Timeout(policy.timeout, connect=policy.connect_timeout)
+        self._http = OriginConnections(max_idle=_HTTP_IDLE)
+        self._https: OrderedDict[tuple[str, bool], OriginConnections] = OrderedDict()
         self._in_use: dict[int, int] = {}
-        self._retired: list[httpx.AsyncClient] = []
+        self._retired: list[Sender] = []
 
     async def _resolve(self, host: str, port: int) -> list[str]:
         """The resolver's answer, remembered for DNS_CACHE_SECONDS (failures are not). Every
@@ -226,13 +241,15 @@ class Fetcher:
                 "CRAWL_DENIAL", f"{shown_url(url)} refused: {exc.reason}", url
             ) from None
 
-    def _client(self, scheme: str, host: str, verify: bool) -> httpx.AsyncClient:
+    def _transport(self, scheme: str, host: str, verify: bool) -> OriginConnections:
         if scheme == "http":
             return self._http
         key = (host, verify)
         client = self._https.get(key)
         if client is None:
-            client = new_client(max_connections=32, max_keepalive=8, verify=verify)
+            if (context := self._tls.get(verify)) is None:
+                context = self._tls[verify] = httpx.create_ssl_context(verify, trust_env=False)
+            client = OriginConnections(max_idle=_HTTPS_IDLE, ssl_context=context)
             self._https[key] = client
             while len(self._https) > _HTTPS_CLIENTS:
                 _, old = self._https.popitem(last=False)
@@ -392,10 +409,11 @@ class Fetcher:
     ) -> FetchResult | str:
         """One request to the vetted hop, directly (to the vetted address) or through
         `upstream`: the final FetchResult, or the absolute URL a redirect points to."""
-        timeouts = httpx.Timeout(self.policy.timeout, connect=self.policy.connect_timeout)
+        timeouts = self._timeouts
+        client: Sender
         if upstream is None:
-            client = self._client(vetted.scheme, vetted.host, verify)
-            request = pinned_request(client, target, vetted, None, headers, timeouts, method="GET")
+            client = self._transport(vetted.scheme, vetted.host, verify)
+            request = pinned_get(target, vetted, headers, timeouts)
         else:
             # The vetted name goes to the proxy, which resolves it itself.
             client = self._proxied_client(upstream, verify)
@@ -428,7 +446,7 @@ class Fetcher:
 
     async def _exchange(
         self,
-        client: httpx.AsyncClient,
+        client: Sender,
         request: httpx.Request,
         url: str,
         current: str,
@@ -438,7 +456,7 @@ class Fetcher:
     ) -> FetchResult | str:
         """One hop: the final FetchResult, or the absolute URL a redirect points to."""
         try:
-            response = await client.send(request, follow_redirects=False, stream=True)
+            response = await _send(client, request)
         except httpx.HTTPError as exc:
             if upstream is None:
                 raise http_failure(exc, current) from None
@@ -518,6 +536,15 @@ class Fetcher:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
+
+
+async def _send(sender: Sender, request: httpx.Request) -> httpx.Response:
+    """The answer's head; its body is read from the response as a stream."""
+    if isinstance(sender, httpx.AsyncClient):
+        return await sender.send(request, follow_redirects=False, stream=True)
+    response = await sender.handle_async_request(request)
+    response.request = request
+    return response
 
 
 def _no_cookies() -> http.cookiejar.CookieJar:

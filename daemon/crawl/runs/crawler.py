@@ -11,18 +11,25 @@
 # when a crawl is fast.
 #
 # Cluster mode: every instance runs a JobRun for every running crawl (the service's scan picks up
-# those it did not create). Workers claim frontier rows for this process (`claimant`), as many
-# as they can fetch now, so pages spread over the instances; a commit stores only the pages whose
-# rows this process still holds, after `lock_job`, which orders the commits of one crawl over
-# every instance and says whether the crawl ended. The crawl's end (completed, cancelled, failed)
-# is decided once, by `conclude` (see daemon/crawl/runs/store.py), and the process that decided it
-# gives the job its final status. A paced crawl (delay or Crawl-delay) runs in one place: under
-# the lease `crawl:<job id>`, whose holder claims every queued row and checks the lease in each
-# write; the others wait for the lease. The kickoff (start URL, sitemap) runs under the same lease.
+# those it did not create). Workers claim frontier rows for this process (`claimant`), a chunk of
+# `concurrency` rows whenever its queue runs dry, so pages spread over the instances; a commit
+# stores only the pages whose rows this process still holds, after `lock_job`, which orders the
+# commits of one crawl over every instance and says whether the crawl ended. The crawl's end
+# (completed, cancelled, failed) is decided once, by `conclude` (see daemon/crawl/runs/store.py),
+# and the process that decided it gives the job its final status. A paced crawl (delay or
+# Crawl-delay) runs in one place: under the lease `crawl:<job id>`, whose holder claims every queued
+# row and checks the lease in each write; the others wait for the lease. The kickoff (start URL,
+# sitemap) runs under the same lease.
+#
+# Why a chunk, not just the rows the workers can fetch now: with the pages waiting for their commit
+# counted as in flight, that came to one row per claim, each a transaction of its own, taken one
+# after the other behind the refill lock; at concurrency 16 the claims' round trips, not the
+# fetches, bounded a fast crawl (scripts/bench_crawl.py: a third more pages/s in chunks).
 #
 # Only the pages between fetch and commit are lost at a kill -9: at most [crawl] concurrency being
 # fetched, as many waiting for the committer and a batch of them being committed; their rows stay
-# queued, claimed by a dead process, and another instance claims and fetches them again.
+# queued, claimed by a dead process, and another instance claims and fetches them again (as it
+# does the rows claimed ahead and not yet fetched, at most a chunk).
 #
 # On a shared store (PostgreSQL) this process hands the store one crawl write that locks a crawl's
 # rows at a time (`CrawlWrites`): the store commits queued writes in groups, and a group holding
@@ -49,6 +56,7 @@ import trio
 
 from daemon.clock import EpochClock, wall_ms
 from daemon.cluster import Cluster, Lease, fenced
+from daemon.crawl.cache.documents import Hit
 from daemon.crawl.discovery.robots import Robots, fetch_robots
 from daemon.crawl.discovery.sitemap import sitemap_urls
 from daemon.crawl.fetching.fetch import FetchError
@@ -133,6 +141,8 @@ class JobRun:
         self.concurrency = 1
         self.pace: float | None = None
         self.queue: deque[crawlstore.FrontierEntry] = deque()
+        self.looked_up: dict[int, Hit | None] = {}
+        """The document cache's answers for queued rows, by frontier `n` (asked per claim)."""
         self.in_flight = 0
         self.generation = 0
         self.dry: int | None = None
@@ -256,6 +266,7 @@ class JobRun:
         # instance fetches again) at most the pages being fetched, waiting here and committed.
         self.lease = lease
         self.queue.clear()
+        self.looked_up.clear()
         self.in_flight = 0
         self.drained = None
         await self.writes.write(
@@ -367,10 +378,11 @@ class JobRun:
                 if self.dry == self.generation:
                     backlog = None  # another worker just found nothing: wait with it
                 else:
-                    want = max(1, self.concurrency - self.in_flight)
+                    want = self.concurrency
                     rows, backlog = await self.writes.write(
                         lambda c: self._claim_tx(c, want)  # noqa: B023
                     )
+                    await self._look_up(rows)
                     self.queue.extend(rows)
                     self.dry = None if rows else self.generation
             if self.queue:
@@ -391,6 +403,15 @@ class JobRun:
             with trio.move_on_after(POLL_S):
                 await wake.first(self.lot.park, frontier.wait)
             self.dry = None
+
+    async def _look_up(self, rows: list[crawlstore.FrontierEntry]) -> None:
+        """Ask the document cache for a claimed chunk in one read, not one per page."""
+        cache, plan = self.engine.maker.cache, self.page_plan.cache
+        if not rows or cache is None or plan is None or not plan.read:
+            return
+        found = await cache.lookup_many([row.url for row in rows], plan)
+        for row in rows:
+            self.looked_up[row.n] = found[row.url]
 
     def _claim_tx(
         self, conn: Conn, want: int
@@ -428,6 +449,7 @@ class JobRun:
                 concurrency=self.max_concurrency,
                 delay=self.pace,
                 slot=slot,
+                looked_up=(self.looked_up.pop(entry.n),) if entry.n in self.looked_up else None,
             )
             result, document, links = produced.result, produced.document, produced.links
         except FetchError as exc:

@@ -31,7 +31,7 @@ import msgspec
 import trio
 
 from daemon.crawl.cache import rules as cache_rules
-from daemon.crawl.cache.documents import Cached, DocumentCache
+from daemon.crawl.cache.documents import Cached, DocumentCache, Hit
 from daemon.crawl.cache.rules import CachePlan
 from daemon.crawl.content import attributes
 from daemon.crawl.content.document import DocumentOptions, is_html, with_fetch_metadata
@@ -215,12 +215,17 @@ class PageMaker:
         concurrency: int | None = None,
         delay: float | None = None,
         slot: Any = None,
+        looked_up: tuple[Hit | None] | None = None,
     ) -> Produced:
         """The page's document, with its LLM formats, from the cache when the plan lets it;
-        FetchError with Firecrawl's code when there is none."""
+        FetchError with Firecrawl's code when there is none. `looked_up`: the cache was asked
+        already (`DocumentCache.lookup_many`), this is its answer."""
         cache = plan.cache
         if cache is not None:
-            hit = await self.cache.lookup(url, cache) if self.cache is not None else None
+            if looked_up is not None:
+                hit = looked_up[0]
+            else:
+                hit = await self.cache.lookup(url, cache) if self.cache is not None else None
             if hit is not None:
                 return _from_cache(url, hit.page, hit.created_ms)
             if cache.only is not None:
