@@ -197,7 +197,7 @@ async def test_kill_9_between_publish_and_checkpoint(
     async with httpx.AsyncClient(timeout=30) as http:
         proc = spawn()
         try:
-            with trio.fail_after(60):
+            with trio.fail_after(120):  # a guard: a start and 1,000 rows on a busy machine
                 while True:
                     try:
                         size = (await http.get(base + "/queue/size")).json().get("size", 0)
