@@ -77,7 +77,7 @@ async def test_sdk_auto_render_and_wait_for(fc: Firecrawl, sdk: Sdk, site: SiteS
 
 
 async def test_failed_action_is_firecrawls_error(client: httpx.AsyncClient, site: SiteSim) -> None:
-    body = {"url": site.url("/js/button"), "timeout": 4000,
+    body = {"url": site.url("/js/button"), "timeout": 20000,
             "actions": [{"type": "click", "selector": "#nowhere"}]}  # fmt: skip
     answer = await client.post("/v2/scrape", json=body)
     assert answer.status_code == 500

@@ -20,7 +20,7 @@ from daemon.crawl.cache.rules import CachePlan, cache_key, cache_url, window
 from daemon.crawl.config import CacheConfig
 from daemon.logs import get_logger
 from daemon.metrics import REGISTRY
-from daemon.store import DB_ERRORS, Conn, Store, StoreClosed
+from daemon.store import DB_ERRORS, Conn, Store, StoreClosed, in_list
 
 log = get_logger("crawl")
 _FAILURES: tuple[type[BaseException], ...] = (*DB_ERRORS, StoreClosed)
@@ -82,9 +82,8 @@ def read_many(
     conn: Conn, keys: list[str], oldest_ms: int, newest_ms: int
 ) -> dict[str, tuple[str, int]]:
     """`read` of several keys in one statement: {key: (value JSON, created ms)} of those found."""
-    marks = ", ".join("?" * len(keys))
     rows = conn.execute(
-        f"SELECT key, value, created_ms FROM crawl_cache WHERE key IN ({marks})"
+        f"SELECT key, value, created_ms FROM crawl_cache WHERE key IN {in_list(len(keys))}"
         " AND created_ms >= ? AND created_ms <= ?",
         (*keys, oldest_ms, newest_ms),
     ).fetchall()
