@@ -1,16 +1,23 @@
 """The rendering benchmark's floors: a minimal DevTools client of its own (the standard library
 only, nothing from crawld), run in its own process. It drives the same Chromium over
 `--remote-debugging-pipe` with the same number of tabs and renders the given URLs:
-navigate, wait for `load`, read the DOM as HTML. Two ways:
+navigate, wait for `load`, read the DOM as HTML. Three ways:
 
 - `fresh`: a new browser context (and so a new tab and renderer) per page, disposed after it:
   the isolation a scrape is owed, paid in full;
-- `reuse`: `TABS` tabs made once, each navigating to page after page: no isolation at all, the
-  fastest a client can drive this browser (the floor crawld's isolated rendering is held to).
+- `reuse`: `TABS` tabs made once, each in a window of its own, each navigating to page after
+  page: no isolation at all, the fastest a client can drive this browser for pages that are
+  shown (the floor crawld's isolated rendering is held to);
+- `reuse-background`: the same tabs opened in one window (this floor's earlier form, kept for
+  comparison): Chromium shows only a window's active tab, so all but one render as hidden
+  background tabs (no painting, no animation frames): less work than a scrape's page, whose
+  tab is shown.
 
-Prints a JSON line: pages, seconds, peak memory (PSS) of itself and the browser (MiB).
+Prints a JSON line: pages, seconds, peak memory (PSS) of itself and the browser (MiB), the CPU
+seconds the client and the browser used while the clock ran, and how many pages were visible
+(`document.visibilityState`) when read.
 
-    python scripts/render_baseline.py {fresh,reuse} EXECUTABLE TABS URL [URL...]
+    python scripts/render_baseline.py {fresh,reuse,reuse-background} EXECUTABLE TABS URL...
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ FLAGS = [
     "--hide-scrollbars",
     "--password-store=basic",
 ]
-HTML = "document.documentElement.outerHTML"
+HTML = "[document.documentElement.outerHTML, document.visibilityState]"
 
 
 def _pss(entry: Path, page: int) -> int:
@@ -83,6 +90,30 @@ def tree_rss(root: int) -> int:
     return total
 
 
+def tree_cpu(root: int) -> tuple[float, float]:
+    """CPU seconds (user and system, with the children each process reaped) of `root` alone and
+    of all its descendants."""
+    children: dict[int, list[int]] = {}
+    cpu: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            cpu[int(entry.name)] = sum(int(f) for f in fields[11:15]) / tick
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+    total, todo = 0.0, list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0.0)
+        todo += children.get(pid, [])
+    return cpu.get(root, 0.0), total
+
+
 class Cdp:
     """JSON messages ending in NUL: commands to the browser's fd 3, answers and events from
     its fd 4 (read in a thread, handed to the event loop)."""
@@ -93,6 +124,7 @@ class Cdp:
         self.ids = itertools.count(1)
         self.calls: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.loads: dict[str, asyncio.Event] = {}
+        self.visible = 0
         threading.Thread(target=self._read, args=(read_fd,), daemon=True).start()
 
     def _read(self, fd: int) -> None:
@@ -132,8 +164,10 @@ class Cdp:
         self.write.write(json.dumps(message).encode() + b"\0")
         return await future
 
-    async def open_tab(self, context: str = "") -> str:
-        params = {"browserContextId": context} if context else {}
+    async def open_tab(self, context: str = "", window: bool = False) -> str:
+        params: dict[str, Any] = {"browserContextId": context} if context else {}
+        if window:
+            params["newWindow"] = True
         target = await self.call("Target.createTarget", url="about:blank", **params)
         attached = await self.call(
             "Target.attachToTarget", targetId=target["targetId"], flatten=True
@@ -149,12 +183,14 @@ class Cdp:
         await self.call("Page.navigate", session, url=url)
         await loaded.wait()
         answer = await self.call("Runtime.evaluate", session, expression=HTML, returnByValue=True)
-        html = str(answer["result"]["value"])
+        html, visibility = answer["result"]["value"]
         assert "<h1>" in html, html[:200]
+        self.visible += visibility == "visible"
         return html
 
 
-async def render(cdp: Cdp, mode: str, tabs: int, urls: list[str]) -> int:
+async def render(cdp: Cdp, mode: str, tabs: int, urls: list[str], start: Any) -> None:
+    """Render `urls`; `start()` when the clock starts (reuse: once its tabs are open)."""
     queue = list(reversed(urls))
     done = 0
 
@@ -176,13 +212,12 @@ async def render(cdp: Cdp, mode: str, tabs: int, urls: list[str]) -> int:
             done += 1
 
     if mode == "fresh":
+        start()
         await asyncio.gather(*(fresh() for _ in range(tabs)))
     else:
-        sessions = [await cdp.open_tab() for _ in range(tabs)]
-        t0 = time.perf_counter()  # the tabs are made before the clock starts: reuse's best case
+        sessions = [await cdp.open_tab(window=mode == "reuse") for _ in range(tabs)]
+        start()  # the tabs are made before the clock starts: reuse's best case
         await asyncio.gather(*(reuse(s) for s in sessions))
-        return int((time.perf_counter() - t0) * 1e9)
-    return 0
 
 
 def launch(executable: str, udd: str) -> tuple[subprocess.Popen[bytes], int, int]:
@@ -211,20 +246,29 @@ def launch(executable: str, udd: str) -> tuple[subprocess.Popen[bytes], int, int
     return browser, to_child_w, from_child_r
 
 
-async def drive(write_fd: int, read_fd: int, mode: str, tabs: int, urls: list[str]) -> float:
-    """Render `urls`; the seconds it took."""
+async def drive(
+    write_fd: int, read_fd: int, mode: str, tabs: int, urls: list[str]
+) -> dict[str, float]:
+    """Render `urls`: the seconds it took, the CPU seconds of this client and of the browser."""
     cdp = Cdp(write_fd, read_fd)
     await cdp.call("Browser.getVersion")
-    t0 = time.perf_counter()
-    timed = await render(cdp, mode, tabs, urls)
-    seconds = timed / 1e9 if timed else time.perf_counter() - t0
+    marks: list[tuple[float, tuple[float, float]]] = []
+
+    def start() -> None:
+        marks.append((time.perf_counter(), tree_cpu(os.getpid())))
+
+    await render(cdp, mode, tabs, urls, start)
+    (t0, (own0, kids0)), t1, (own1, kids1) = marks[0], time.perf_counter(), tree_cpu(os.getpid())
     await cdp.call("Browser.close")
-    return seconds
+    return {
+        "seconds": t1 - t0, "client_cpu": own1 - own0, "browser_cpu": kids1 - kids0,
+        "visible": cdp.visible,
+    }  # fmt: skip
 
 
 def main() -> None:
     mode, executable, tabs, urls = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
-    assert mode in ("fresh", "reuse"), mode
+    assert mode in ("fresh", "reuse", "reuse-background"), mode
     peak = 0
     stop = threading.Event()
 
@@ -239,14 +283,14 @@ def main() -> None:
     sampler = threading.Thread(target=sample, args=(os.getpid(),), daemon=True)
     sampler.start()
     try:
-        seconds = asyncio.run(drive(write_fd, read_fd, mode, tabs, urls))
+        timed = asyncio.run(drive(write_fd, read_fd, mode, tabs, urls))
         browser.wait(10)
     finally:
         stop.set()
         sampler.join()
         browser.kill()
         shutil.rmtree(udd, ignore_errors=True)
-    print(json.dumps({"pages": len(urls), "seconds": seconds, "peak_mib": peak / 2**20}))
+    print(json.dumps({"pages": len(urls), **timed, "peak_mib": peak / 2**20}))
 
 
 if __name__ == "__main__":
