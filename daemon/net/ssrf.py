@@ -309,13 +309,15 @@ def pinned_post(
     return httpx.Request("POST", target, content=body, headers=merged, extensions=extensions)
 
 
-_CLIENT_HEADERS = (
-    ("Accept", "*/*"),
-    ("Accept-Encoding", "gzip, deflate"),
-    ("Connection", "keep-alive"),
-    ("User-Agent", f"python-httpx/{httpx.__version__}"),
-)
-"""The headers httpx's client puts first on every request (its `headers`' defaults)."""
+def _client_headers() -> httpx.Headers:
+    """The headers httpx's client puts first on every request, taken from httpx itself: its
+    Accept-Encoding names the decoders it has (br and zstd too where they are installed)."""
+    from httpx._client import BaseClient  # no public name; the version is pinned
+
+    return BaseClient().headers
+
+
+_CLIENT_HEADERS = _client_headers()
 
 
 def pinned_get(
