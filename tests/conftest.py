@@ -93,6 +93,9 @@ TIMING_MODULES = {
 forced closes) in fractions of a second; beside other tests' load they would time the load.
 They run with CLUSTER_MODULES, after the rest."""
 
+ALONE = CLUSTER_MODULES | TIMING_MODULES
+"""The modules of the phase after the rest (CRAWLD_TEST_CLUSTER=only)."""
+
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
     """With CRAWLD_TEST_CLUSTER=only, modules (and folders) holding none of those tests are not
@@ -103,11 +106,10 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
         rel = collection_path.relative_to(config.rootpath).as_posix()
     except ValueError:
         return None
-    alone = CLUSTER_MODULES | TIMING_MODULES
     if collection_path.is_dir():
-        return None if any(m.startswith(rel + "/") for m in alone) or rel == "." else True
+        return None if any(m.startswith(rel + "/") for m in ALONE) or rel == "." else True
     if collection_path.name.startswith("test_") and collection_path.suffix == ".py":
-        return None if rel in alone else True
+        return None if rel in ALONE else True
     return None
 
 
@@ -122,10 +124,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if choice not in ("skip", "only"):
         return
     root = Path(str(config.rootpath))
-    alone = CLUSTER_MODULES | TIMING_MODULES
     kept, left = [], []
     for item in items:
-        cluster = Path(str(item.path)).relative_to(root).as_posix() in alone
+        cluster = Path(str(item.path)).relative_to(root).as_posix() in ALONE
         (kept if cluster == (choice == "only") else left).append(item)
     if left:
         config.hook.pytest_deselected(items=left)
