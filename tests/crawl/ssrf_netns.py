@@ -120,7 +120,7 @@ async def main() -> None:
         config = CrawlConfig(
             allow_cidrs=[f"{ALLOWED_IP}/32"],
             render="always",
-            browser=BrowserConfig(enabled=True, sandbox=False),
+            browser=BrowserConfig(enabled=True, sandbox=False, tabs=1),
         )
         proxy = VettingProxy(allow_cidrs=(f"{ALLOWED_IP}/32",), resolver=resolver)
         await nursery.start(proxy.run)

@@ -42,6 +42,7 @@ allow_cidrs = ["127.0.0.0/8"]
 [crawl.browser]
 enabled = true
 sandbox = {sandbox}
+tabs = 1
 """)
     env = {k: v for k, v in os.environ.items()
            if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "STATE_DIRECTORY")}  # fmt: skip

@@ -41,7 +41,7 @@ def crawl_config() -> str:
     need_chromium()
     sandbox = "true" if os.geteuid() != 0 else "false"
     config = CONFIG.replace(NO_BROWSER, "").replace('page_timeout = "5s"', 'page_timeout = "15s"')
-    return config + f"\n[crawl.browser]\nenabled = true\nsandbox = {sandbox}\ntabs = 2\n"
+    return config + f"\n[crawl.browser]\nenabled = true\nsandbox = {sandbox}\ntabs = 1\n"
 
 
 async def test_sdk_screenshot_and_actions(fc: Firecrawl, sdk: Sdk, site: SiteSim) -> None:
