@@ -35,6 +35,7 @@ from daemon.config import (
     to_builtins,
 )
 from daemon.logs import get_logger
+from daemon.net import tls
 from daemon.net.ratelimit import RateLimiter
 from daemon.outbox import Outbox
 from daemon.store import Store
@@ -137,7 +138,10 @@ class Collector:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run every enabled task's crawler until cancelled."""
-        async with httpx.AsyncClient(trust_env=False) as http, trio.open_nursery() as nursery:
+        async with (
+            httpx.AsyncClient(trust_env=False, verify=tls.verifying(trust_env=False)) as http,
+            trio.open_nursery() as nursery,
+        ):
             self.http = http
             self._nursery = nursery
             self.clients.clear()

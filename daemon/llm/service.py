@@ -39,6 +39,7 @@ from daemon.llm.types import (
     Usage,
 )
 from daemon.logs import get_logger
+from daemon.net import tls
 from daemon.net.ratelimit import RateLimiter
 from daemon.redact import MASK, redact_text
 from daemon.store import DB_ERRORS, Store, StoreClosed
@@ -98,14 +99,14 @@ def _new_provider(
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if key:
         headers["Authorization"] = f"Bearer {key}"
+    n = config.max_concurrency
     client = httpx.AsyncClient(
         headers=headers,
         timeout=httpx.Timeout(float(config.timeout)),
-        limits=httpx.Limits(
-            max_connections=config.max_concurrency, max_keepalive_connections=config.max_concurrency
-        ),
+        limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
         follow_redirects=False,
         trust_env=False,
+        verify=tls.verifying(trust_env=False),
         transport=transport,
     )
     rpm, tpm = config.requests_per_minute, config.tokens_per_minute
@@ -113,7 +114,7 @@ def _new_provider(
         name=name,
         config=config,
         client=client,
-        slots=trio.CapacityLimiter(config.max_concurrency),
+        slots=trio.CapacityLimiter(n),
         requests=RateLimiter(rpm / 60.0, burst=max(1, rpm // 60)) if rpm else None,
         tokens=RateLimiter(tpm / 60.0, burst=tpm) if tpm else None,
     )
@@ -156,9 +157,8 @@ class LlmService:
         return cfgmod.resolve_secret(env_name, path)
 
     def configure(self, config: LlmConfig | None) -> None:
-        """Apply a new `[llm]` (None: no LLM). A provider whose settings did not change keeps
-        its limiters, slots and what its server refused; ConfigError (nothing changes) when an
-        API key's variable is unset."""
+        """Apply a new `[llm]` (None: no LLM). A provider with unchanged settings keeps its
+        limiters, slots and what its server refused. ConfigError (no change): an API key unset."""
         wanted: dict[str, tuple[ProviderConfig, str | None]] = {}
         if config is not None:
             for name in config.provider_names():

@@ -43,6 +43,7 @@ import httpx
 import msgspec
 import trio
 
+from daemon.net import tls
 from daemon.net.connections import VETTED_IP, HostConnections
 from daemon.net.ttlcache import TtlCache
 
@@ -485,7 +486,7 @@ def new_client(
     return httpx.AsyncClient(
         follow_redirects=False,
         trust_env=False,
-        verify=verify,
+        verify=tls.verifying(trust_env=False) if verify is True else verify,
         limits=httpx.Limits(
             max_connections=max_connections, max_keepalive_connections=max_keepalive
         ),
@@ -498,11 +499,12 @@ def new_transport(
 ) -> HostConnections:
     """Keep-alive connections to ONE destination host for `send_vetted` (see
     daemon/net/connections.py; the caller caps the requests in flight, `max_connections` is how
-    many stay open idle): no proxies. `verify=True` loads the CA certificates (tens of ms: build it
-    off the event loop); `verify=False` skips that for a host that never sees https (should it
+    many stay open idle): no proxies. `verify=True` uses the process's verifying context
+    (daemon/net/tls.py: its first use loads the CA certificates, tens of ms: call it off the event
+    loop); `verify=False` skips that for a host that never sees https (should it
     ever, httpcore's default context checks certificates). Close it with `aclose()`."""
     if verify is True:
-        context: ssl.SSLContext | None = httpx.create_ssl_context(verify=True, trust_env=False)
+        context: ssl.SSLContext | None = tls.verifying(trust_env=False)
     else:
         context = verify or None
     return HostConnections(max_idle=max_connections, ssl_context=context)

@@ -15,6 +15,7 @@ from prometheus_client import Counter, Histogram
 
 from daemon.logs import get_logger
 from daemon.metrics import REGISTRY
+from daemon.net import tls
 from daemon.redact import cap_message, redact_url
 from daemon.search import rules
 from daemon.search.config import SearchConfig
@@ -45,7 +46,9 @@ class SearxngClient:
     def __init__(self, config: SearchConfig, http: httpx.AsyncClient | None = None) -> None:
         self.config = config
         self.base = config.base_url.strip().rstrip("/")
-        self.http = http or httpx.AsyncClient(trust_env=False, follow_redirects=False)
+        self.http = http or httpx.AsyncClient(
+            trust_env=False, follow_redirects=False, verify=tls.verifying(trust_env=False)
+        )
 
     async def aclose(self) -> None:
         await self.http.aclose()

@@ -26,6 +26,7 @@ from typing import Protocol
 import httpx
 import msgspec
 
+from daemon.net import tls
 from daemon.redact import cap, redact_url
 
 RULES_VERSION = "rules-1"
@@ -206,7 +207,7 @@ class HttpClassifier:
         model_version: str = REFERENCE_MODEL_VERSION,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.http = http or httpx.AsyncClient()
+        self.http = http or httpx.AsyncClient(verify=tls.verifying())
         self.model_version = model_version
         """Stored with each label unless the service's answer names its own `model_version`."""
 

@@ -29,6 +29,7 @@ import trio
 
 from daemon.clock import EpochClock, sleep_until_ms
 from daemon.logs import get_logger
+from daemon.net import tls
 from daemon.redact import cap, redact_url
 from daemon.store import Conn, Store
 from daemon.tracker import limiter_store
@@ -114,7 +115,7 @@ class NetworkDelegate:
         self.shared_margin_ms = shared_margin_ms
         self.rng = rng or random.Random()
         self._own_shared = http is None
-        self._shared = http or httpx.AsyncClient(timeout=REQUEST_TIMEOUT)
+        self._shared = http or httpx.AsyncClient(timeout=REQUEST_TIMEOUT, verify=tls.verifying())
         self._retired: list[httpx.AsyncClient] = []
         self._proxies: dict[str, _Proxy] = {}
         self.apply(proxies)
@@ -122,7 +123,10 @@ class NetworkDelegate:
     def _client_for(self, config: ProxyConfig) -> tuple[httpx.AsyncClient, bool]:
         if config.kind in ("http", "socks5"):
             assert config.url is not None
-            return httpx.AsyncClient(proxy=config.url, timeout=REQUEST_TIMEOUT), True
+            client = httpx.AsyncClient(
+                proxy=config.url, timeout=REQUEST_TIMEOUT, verify=tls.verifying()
+            )
+            return client, True
         return self._shared, False
 
     def apply(self, proxies: list[ProxyConfig]) -> None:

@@ -16,6 +16,7 @@ import trio
 
 from daemon.app import Daemon
 from daemon.collector.queue import stream_name
+from daemon.net import tls
 from daemon.outbox import NewItem
 from tests.conftest import NotifySocket, serve_daemon
 
@@ -62,7 +63,11 @@ def base_url(daemon: Daemon) -> str:
 def client(daemon: Daemon, key: str | None = None) -> httpx.AsyncClient:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     return httpx.AsyncClient(
-        base_url=base_url(daemon), headers=headers, trust_env=False, timeout=30
+        base_url=base_url(daemon),
+        headers=headers,
+        trust_env=False,
+        timeout=30,
+        verify=tls.verifying(trust_env=False),
     )
 
 

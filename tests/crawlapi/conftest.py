@@ -18,6 +18,7 @@ from daemon.crawl.runs.service import CrawlService
 from daemon.fakes.openai_compat import OpenAICompatService, serve_openai_compat
 from daemon.fakes.receiver import WebhookReceiver, open_receiver
 from daemon.fakes.site import SiteSim, host_map_resolver, serve_site
+from daemon.net import tls
 from tests.conftest import serve_daemon
 
 T = TypeVar("T")
@@ -91,7 +92,9 @@ def base_url(daemon: Daemon) -> str:
 
 @pytest.fixture
 async def client(base_url: str) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=base_url, trust_env=False, timeout=30) as c:
+    async with httpx.AsyncClient(
+        base_url=base_url, trust_env=False, timeout=30, verify=tls.verifying(trust_env=False)
+    ) as c:
         yield c
 
 

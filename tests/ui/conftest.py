@@ -20,6 +20,7 @@ from daemon.app import Daemon
 from daemon.config import WebhookSpec
 from daemon.jobs import store as js
 from daemon.jobs.events import WEBHOOK_FAILED
+from daemon.net import tls
 from daemon.outbox import NewItem
 from tests.conftest import serve_daemon
 from tests.ui import cdp
@@ -73,7 +74,9 @@ def base_url(daemon: Daemon) -> str:
 
 
 def client(daemon: Daemon, **kwargs: Any) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=base_url(daemon), trust_env=False, **kwargs)
+    return httpx.AsyncClient(
+        base_url=base_url(daemon), trust_env=False, verify=tls.verifying(trust_env=False), **kwargs
+    )
 
 
 async def add_video(
