@@ -72,17 +72,24 @@ PAGE = '<!doctype html><title>{0}</title><h1>{0}</h1><script src="/cached.js"></
 
 
 class StatefulSite:
-    """/plant and /look (both load /cached.js, cacheable for an hour), /sw.js; counts requests
-    and keeps the Cookie header of each."""
+    """/plant and /look (both load /cached.js, cacheable for an hour), /sw.js, and /late (its
+    answer, which sets a cookie, held until `release` is set); counts requests and keeps the
+    Cookie header of each."""
 
     def __init__(self) -> None:
         self.hits: Counter[str] = Counter()
         self.cookies: dict[str, str] = {}
+        self.release = trio.Event()
+        self.answered = 0
 
     async def handle(self, request: Request) -> Response:
         path = request.url.path
         self.hits[path] += 1
         self.cookies[path] = request.headers.get("cookie", "")
+        if path == "/late":
+            await self.release.wait()
+            self.answered += 1
+            return Response("late", headers={"set-cookie": "late=1; Max-Age=3600; Path=/"})
         if path == "/cached.js":
             return Response(
                 "window.cachedScriptRan = true;", media_type="text/javascript",
@@ -263,4 +270,61 @@ async def test_page_settings_do_not_carry_over_to_the_next_page(nursery: trio.Nu
     assert desktop["width"] == rr.DESKTOP_VIEWPORT[0] and desktop["touch"] == 0
     assert desktop["language"] != "de-DE" and not desktop["mobile"]
     assert pool._current.slots.counts["reused"] == 2  # type: ignore[union-attr]
+    nursery.cancel_scope.cancel()
+
+
+BUSY = """(() => {
+  const late = (what) => {
+    localStorage.setItem(what, '1');
+    sessionStorage.setItem(what, '1');
+    document.cookie = what + '=1; max-age=3600; path=/';
+  };
+  setInterval(() => late('timer'), 0);
+  for (const name of ['pagehide', 'unload', 'beforeunload', 'visibilitychange', 'freeze']) {
+    addEventListener(name, () => late(name));
+  }
+  (async () => { for (;;) { try { await fetch('/late'); } catch (e) {} late('fetched'); } })();
+  return 'busy';
+})()"""
+LEFT = """(async () => ({
+  cookie: document.cookie,
+  local: Object.keys(localStorage),
+  session: Object.keys(sessionStorage),
+}))()"""
+
+
+@pytest.mark.browser
+async def test_a_page_still_writing_state_when_it_ends_leaves_none(nursery: trio.Nursery) -> None:
+    """The page's timers, its requests in flight (answered only after the reset, with a
+    cookie) and its pagehide/unload handlers keep writing storage and cookies: nothing of it
+    reaches the next page of the same origin in the reused tab."""
+    site = StatefulSite()
+    _, port = await nursery.start(functools.partial(serve_app, site.app(), "127.0.0.1:0"))
+    origin = f"http://127.0.0.1:{port}"
+    pool = (await start_browser(nursery, tabs=1, pages_per_context=50)).pool
+    async with pool.tab() as tab:
+        with tab.session.subscribe("Page.loadEventFired") as loaded:
+            await tab.session.call("Page.navigate", url=origin + "/plant")
+            await loaded.receive()
+        assert await _evaluate(tab, BUSY) == "busy"
+        with trio.fail_after(10):
+            while site.hits["/late"] == 0:
+                await trio.sleep(0.01)
+        assert "timer" in await _evaluate(tab, "document.cookie")
+    await _settled(pool)
+    started = site.hits["/late"]
+    site.release.set()
+    with trio.fail_after(10):
+        while site.answered < started:
+            await trio.sleep(0.01)
+    spec = RenderSpec(timeout=20, actions=(rr.ExecuteJavascript(script=LEFT),))
+    rendered = await render(pool, origin + "/look", spec)
+    assert rendered.actions is not None
+    assert rendered.actions["javascriptReturns"][0]["value"] == {
+        "cookie": "", "local": [], "session": [],
+    }  # fmt: skip
+    assert site.cookies["/look"] == ""
+    slots = pool._current.slots  # type: ignore[union-attr]
+    assert slots is not None
+    assert slots.counts["reused"] == 1, slots.last_disposed
     nursery.cancel_scope.cancel()

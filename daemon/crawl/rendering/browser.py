@@ -62,6 +62,12 @@ START_SECONDS = 30.0
 CLOSE_SECONDS = 5.0
 MEMORY_CHECK_SECONDS = 2.0
 _PR_SET_PDEATHSIG = 1
+SPARE_CONTEXTS = 1
+"""Contexts kept beyond `tabs`: a clean tab for the next page while one is being reset. Each
+context renders in a renderer process of its own, whose first pages cost it about twice the CPU
+of the later ones, so more spares make a fresh browser slower and bigger (`tabs` spares: 40
+pages on a fresh browser cost 130-160 ms of its CPU a page against 90-115 with one, and 190 MiB
+more; scripts/bench_render.py)."""
 
 
 class BrowserUnavailable(Exception):
@@ -365,7 +371,7 @@ class BrowserPool:
                         backoff = min(backoff * 2, 30.0)
                         continue
                     browser.slots = Slots(
-                        browser.conn, keep=2 * self.config.tabs,
+                        browser.conn, keep=self.config.tabs + SPARE_CONTEXTS,
                         pages_per_context=self.config.pages_per_context,
                     )  # fmt: skip
                     try:
