@@ -77,9 +77,9 @@ def need_chromium() -> str:
 
 
 def browser_config(**overrides: object) -> BrowserConfig:
-    """The browser on, with one tab unless a test asks for more: a pool opens two browser
-    contexts a tab at its start (each a window with a renderer), so the default 4 tabs cost
-    every test that starts a browser about 2.5 s more CPU, half of a browser test's."""
+    """The browser on, with one tab unless a test asks for more: a pool opens a browser context
+    for each tab (and a spare) at its start, each a window with a renderer of its own, which
+    would be most of the CPU of a test that renders a page or two."""
     import os
 
     need_chromium()
