@@ -15,9 +15,10 @@
 # What stays as in httpx: httpcore's connection (h11, TLS with the request's `sni_hostname` and
 # the certificate checked against it, timeouts from the request's extensions), keep-alive for 5 s,
 # and httpx's exception types. No proxies, no HTTP/2. Requests go to the request URL's host, which
-# `ssrf.pinned_post` made the vetted IP, or to the address in the request's `vetted_ip` extension
-# (`ssrf.pinned_get`, whose URL keeps the vetted name); a connection serves only requests for its
-# own (scheme, IP, port), so a new vetted address never reuses a connection made for the old one.
+# `ssrf.pinned_post` and `ssrf.pinned_core_get` made the vetted IP; a connection serves only
+# requests for its own (scheme, IP, port), so a new vetted address never reuses a connection made
+# for the old one. `exchange` and `finish` are the crawl's way in: an httpcore request in, the
+# answer's head out, its body read by the caller (daemon/net/answers.py reads it as httpx would).
 from __future__ import annotations
 
 import contextlib
@@ -30,9 +31,6 @@ import trio
 
 from daemon.net.coalesce import CoalescingBackend
 
-VETTED_IP = "vetted_ip"
-"""A request extension: the address to connect to, instead of the URL's host (which then stays
-the name the SSRF guard vetted; `ssrf.pinned_get`)."""
 KEEPALIVE_S = 5.0
 """An idle connection is closed after this long (httpx's default)."""
 
@@ -90,11 +88,11 @@ class HostConnections(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
-        ip = request.extensions.get(VETTED_IP)
-        host = url.raw_host if ip is None else ip.encode("ascii")
         core = httpcore.Request(
             method=request.method,
-            url=httpcore.URL(scheme=url.raw_scheme, host=host, port=url.port, target=url.raw_path),
+            url=httpcore.URL(
+                scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
+            ),
             headers=request.headers.raw,
             content=request.content,
             extensions=request.extensions,
@@ -129,6 +127,23 @@ class HostConnections(httpx.AsyncBaseTransport):
             (v.decode("latin-1") for k, v in response.headers if k.lower() == b"retry-after"), None
         )
         return response.status, retry_after, content[:max_body]
+
+    async def exchange(
+        self, request: httpcore.Request
+    ) -> tuple[httpcore.AsyncHTTPConnection, httpcore.Response]:
+        """Send `request` (an httpcore request, its URL's host the vetted address) and return
+        the connection and the answer's head (httpx's exception types on failure). The caller
+        reads the body from `response.stream` and must then call `finish`."""
+        return await self._open(request)
+
+    async def finish(self, conn: httpcore.AsyncHTTPConnection, response: httpcore.Response) -> None:
+        """Close `response` (its connection too if its body was not read to the end) and hand
+        `conn` back, kept idle if it can serve another request."""
+        try:
+            with trio.CancelScope(shield=True):
+                await response.aclose()
+        finally:
+            await self._release(conn)
 
     async def _open(
         self, core: httpcore.Request
