@@ -384,7 +384,10 @@ async def test_direct_get_on_the_wire(fetcher: Fetcher) -> None:
     policy's, then the caller's (which replace a default of the same name whatever its case);
     Host first, with the URL's name, while the connection goes to the vetted address."""
     heads: list[bytes] = []
-    answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 2\r\n\r\nhi"
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 2\r\n"
+        b"Connection: close\r\n\r\nhi"
+    )
     async with trio.open_nursery() as nursery:
         port = await _serve_raw(nursery, answer, heads)
         await fetcher.fetch(
