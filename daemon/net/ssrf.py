@@ -205,6 +205,22 @@ async def system_resolver(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
+@functools.lru_cache(maxsize=4096)
+def _literal(host: str) -> str | None:
+    """`host` as the compressed text of the IP address it spells, or None for a name."""
+    try:
+        return ipaddress.ip_address(host).compressed
+    except ValueError:
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _verdict(address: str, allow: tuple[Network, ...]) -> str | None:
+    """`is_blocked(address, allow)`, remembered: a pure function of its arguments, asked again
+    for every page of a crawl (parsing the address was most of a vetting's time)."""
+    return is_blocked(address, allow)
+
+
 async def vet_url(
     url: str | httpx.URL, allow: Sequence[Network] = (), *, resolver: Resolver | None = None
 ) -> Vetted:
@@ -225,12 +241,9 @@ async def vet_url(
     if not host:
         raise BlockedAddress("the URL has no host")
     port = parsed.port or (443 if scheme == "https" else 80)
-    try:
-        literal: IPAddress | None = ipaddress.ip_address(host)
-    except ValueError:
-        literal = None
+    literal = _literal(host)
     if literal is not None:
-        candidates = [literal.compressed]
+        candidates = [literal]
     else:
         try:
             candidates = await (resolver or system_resolver)(host, port)
@@ -239,8 +252,9 @@ async def vet_url(
         if not candidates:
             raise ResolutionFailed(f"cannot resolve {host}: no addresses")
     reasons = []
+    allowed = allow if isinstance(allow, tuple) else tuple(allow)
     for candidate in candidates:
-        reason = is_blocked(candidate, allow)
+        reason = _verdict(candidate, allowed)
         if reason is None:
             return Vetted(ip=candidate.split("%", 1)[0], host=host, port=port, scheme=scheme)
         reasons.append(reason)

@@ -211,7 +211,7 @@ class Fetcher:
         self._dns: TtlCache[tuple[str, int], list[str]] = TtlCache(
             DNS_CACHE_SECONDS, _DNS_CACHE_SIZE
         )
-        self._allow = parse_networks(policy.allow_cidrs)
+        self._allow = tuple(parse_networks(policy.allow_cidrs))
         self._tls: dict[bool, ssl.SSLContext] = {}
         self._timeouts = httpx.Timeout(policy.timeout, connect=policy.connect_timeout)
         self._core_timeouts = self._timeouts.as_dict()
