@@ -576,3 +576,34 @@ async def test_host_gate_forgets_idle_hosts(autojump_clock: trio.abc.Clock) -> N
     async with gate.slot("plain.test"):
         assert len(gate) == 2
     assert len(gate) == 1  # no delay: forgotten as soon as idle
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "any_type", "outcome"),
+    [
+        (301, {"location": " /b "}, False, "http://s.test/b"),
+        (307, {"location": "https://o.test/x"}, False, "https://o.test/x"),
+        (304, {"location": "/b"}, False, None),  # not a redirect: its body is read
+        (302, {}, False, None),
+        (200, {"content-type": "text/html; charset=utf-8"}, False, None),
+        (200, {"content-type": "video/mp4"}, False, "SCRAPE_UNSUPPORTED_FILE_ERROR"),
+        (200, {"content-type": "video/mp4"}, True, None),
+        (200, {"content-length": "101"}, False, "SCRAPE_SITE_ERROR"),
+        (200, {"content-length": "101", "content-encoding": "gzip"}, False, None),
+        (200, {"content-length": "100"}, False, None),
+    ],
+)
+def test_redirect_or_refusal(
+    status: int, headers: dict[str, str], any_type: bool, outcome: str | None
+) -> None:
+    from daemon.crawl.fetching.fetch_rules import redirect_or_refusal
+
+    if outcome is not None and outcome.startswith("SCRAPE_"):
+        with pytest.raises(FetchError) as info:
+            redirect_or_refusal(status, headers, "http://s.test/", "http://s.test/a", any_type, 100)
+        assert info.value.code == outcome
+    else:
+        found = redirect_or_refusal(
+            status, headers, "http://s.test/", "http://s.test/a", any_type, 100
+        )
+        assert found == outcome

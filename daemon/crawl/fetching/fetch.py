@@ -44,7 +44,6 @@ from collections import OrderedDict
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, cast
-from urllib.parse import urljoin
 
 import httpcore
 import httpx
@@ -58,7 +57,9 @@ from daemon.crawl.fetching.fetch_rules import (
     accepted_content_type,
     http_failure,
     proxy_failure,
+    redirect_or_refusal,
     shown_url,
+    too_big,
 )
 from daemon.crawl.fetching.hostgate import HostGate
 from daemon.crawl.proxies import RETRY_STATUSES, Proxies, ProxyServer, Rotation, Upstream
@@ -88,7 +89,6 @@ __all__ = [
     "accepted_content_type",
 ]
 
-REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _CROSS_ORIGIN_DROPPED = frozenset({"authorization", "cookie", "proxy-authorization"})
 _CALLER_DROPPED = frozenset(
     {"host", "content-length", "transfer-encoding", "connection", "accept-encoding"}
@@ -485,7 +485,9 @@ class Fetcher:
         self.proxies.count(upstream, "ok")
         try:
             headers = dict(response.headers.items())
-            location = self._head(response.status_code, headers, url, current, any_content_type)
+            location = redirect_or_refusal(
+                response.status_code, headers, url, current, any_content_type, self.policy.max_bytes
+            )
             if location is not None:
                 return location
             body = bytearray()
@@ -493,7 +495,7 @@ class Fetcher:
                 async for chunk in response.aiter_bytes():
                     body += chunk
                     if len(body) > self.policy.max_bytes:
-                        raise self._too_big(url)
+                        raise too_big(url, self.policy.max_bytes)
             except httpx.HTTPError as exc:
                 raise http_failure(exc, current) from None
             return self._result(response.status_code, headers, body, url, current, redirects)
@@ -517,7 +519,9 @@ class Fetcher:
             raise http_failure(exc, current) from None
         try:
             headers = header_text(response.headers)
-            location = self._head(response.status, headers, url, current, any_content_type)
+            location = redirect_or_refusal(
+                response.status, headers, url, current, any_content_type, self.policy.max_bytes
+            )
             if location is not None:
                 return location
             decoder = content_decoder(headers)
@@ -527,10 +531,10 @@ class Fetcher:
                 async for chunk in cast(AsyncIterable[bytes], response.stream):
                     body += decoder.decode(chunk)
                     if len(body) > cap:
-                        raise self._too_big(url)
+                        raise too_big(url, self.policy.max_bytes)
                 body += decoder.flush()
                 if len(body) > cap:
-                    raise self._too_big(url)
+                    raise too_big(url, self.policy.max_bytes)
             except Exception as exc:
                 mapped = httpx_error(exc)
                 if isinstance(mapped, httpx.HTTPError):
@@ -539,37 +543,6 @@ class Fetcher:
             return self._result(response.status, headers, body, url, current, redirects)
         finally:
             await transport.finish(conn, response)
-
-    def _head(
-        self, status: int, headers: dict[str, str], url: str, current: str, any_content_type: bool
-    ) -> str | None:
-        """The absolute URL a redirect points to, or None when the body is to be read;
-        FetchError for a content type not scraped or a declared length over the size cap."""
-        location = headers.get("location")
-        if status in REDIRECT_STATUSES and location:
-            try:
-                return urljoin(current, location.strip())
-            except ValueError:
-                raise FetchError("SCRAPE_SITE_ERROR", "redirect to an invalid URL", url) from None
-        content_type = headers.get("content-type", "")
-        if not any_content_type and not accepted_content_type(content_type):
-            kind = content_type.split(";", 1)[0].strip()
-            raise FetchError(
-                "SCRAPE_UNSUPPORTED_FILE_ERROR", f"unsupported content type {kind!r}", url
-            )
-        declared = headers.get("content-length", "")
-        if (
-            declared.isdigit()
-            and int(declared) > self.policy.max_bytes
-            and "content-encoding" not in headers
-        ):
-            raise self._too_big(url)
-        return None
-
-    def _too_big(self, url: str) -> FetchError:
-        """The error for a body over the size cap (decoded bytes count)."""
-        cap = self.policy.max_bytes
-        return FetchError("SCRAPE_SITE_ERROR", f"page larger than the size cap ({cap} bytes)", url)
 
     @staticmethod
     def _result(
