@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import ssl
 import time
 from collections.abc import Iterable
@@ -27,12 +28,21 @@ from collections.abc import Iterable
 import h11
 import httpcore
 import trio
+from h11._headers import Headers as H11Headers  # no public name; the version is pinned
 from httpcore._ssl import default_ssl_context  # no public name; the version is pinned
 
 READ_NUM_BYTES = 64 * 1024
 """Bytes asked of the socket per read (httpcore's)."""
 MAX_INCOMPLETE_EVENT_SIZE = 100 * 1024
 """The longest answer head h11 buffers (httpcore's)."""
+
+
+@functools.lru_cache(maxsize=256)
+def _checked_headers(headers: tuple[tuple[bytes, bytes], ...]) -> H11Headers:
+    """`headers` as h11 checks and keeps them for a request: a crawl sends the same few heads
+    thousands of times (ssrf.pinned_core_get), and h11 matches every header against its grammar
+    on each request unless handed the form it made. Not cached when h11 refuses them."""
+    return h11.Request(method=b"GET", target=b"/", headers=list(headers)).headers
 
 
 class _State(enum.Enum):
@@ -144,7 +154,9 @@ class H1Connection:
         h11_state = self._h11
         try:
             head = h11.Request(
-                method=request.method, target=request.url.target, headers=request.headers
+                method=request.method,
+                target=request.url.target,
+                headers=_checked_headers(tuple(request.headers)),
             )
             parts = [h11_state.send(head)]
             parts += [h11_state.send(h11.Data(data=chunk)) for chunk in request.stream]

@@ -171,3 +171,13 @@ async def test_a_refused_connection_is_a_connect_error() -> None:
     raw.port = port
     with pytest.raises(httpcore.ConnectError):
         await connection(raw).handle_async_request(get(raw))
+
+
+async def test_a_header_h11_refuses_is_a_local_error_each_time(nursery: trio.Nursery) -> None:
+    raw = await started(nursery, [OK])
+    for _ in range(2):  # the refused head is not remembered as checked
+        bad = get(raw)
+        bad.headers.append((b"X-Bad", b"a\r\nInjected: 1"))
+        with pytest.raises(httpcore.LocalProtocolError):
+            await connection(raw).handle_async_request(bad)
+    assert raw.received == []
