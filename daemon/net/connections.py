@@ -15,14 +15,16 @@
 # What stays as in httpx: httpcore's connection (h11, TLS with the request's `sni_hostname` and
 # the certificate checked against it, timeouts from the request's extensions), keep-alive for 5 s,
 # and httpx's exception types. No proxies, no HTTP/2. Requests go to the request URL's host, which
-# `ssrf.pinned_post` made the vetted IP, or to the address in the request's `vetted_ip` extension
-# (`ssrf.pinned_get`, whose URL keeps the vetted name); a connection serves only requests for its
-# own (scheme, IP, port), so a new vetted address never reuses a connection made for the old one.
+# `ssrf.pinned_post` and `ssrf.pinned_core_get` made the vetted IP; a connection serves only
+# requests for its own (scheme, IP, port), so a new vetted address never reuses a connection made
+# for the old one. `exchange` and `finish` are the crawl's way in: an httpcore request in, the
+# answer's head out, its body read by the caller (daemon/net/answers.py reads it as httpx would).
 from __future__ import annotations
 
 import contextlib
 import ssl
 from collections.abc import AsyncIterator, Iterator
+from typing import Protocol
 
 import httpcore
 import httpx
@@ -30,9 +32,22 @@ import trio
 
 from daemon.net.coalesce import CoalescingBackend
 
-VETTED_IP = "vetted_ip"
-"""A request extension: the address to connect to, instead of the URL's host (which then stays
-the name the SSRF guard vetted; `ssrf.pinned_get`)."""
+
+class Connection(Protocol):
+    """What the pool uses of a connection: httpcore.AsyncHTTPConnection's methods (daemon/net/
+    h1.py has them too)."""
+
+    async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response: ...
+
+    def can_handle_request(self, origin: httpcore.Origin) -> bool: ...
+
+    def is_idle(self) -> bool: ...
+
+    def has_expired(self) -> bool: ...
+
+    async def aclose(self) -> None: ...
+
+
 KEEPALIVE_S = 5.0
 """An idle connection is closed after this long (httpx's default)."""
 
@@ -78,7 +93,7 @@ class HostConnections(httpx.AsyncBaseTransport):
         self.ssl_context = ssl_context
         """For https (None: httpcore's default context, certificates checked)."""
         self.keepalive_expiry = keepalive_expiry
-        self._idle: list[httpcore.AsyncHTTPConnection] = []
+        self._idle: list[Connection] = []
         self._backend = CoalescingBackend()
         self._closed = False
         self.opened = 0
@@ -90,11 +105,11 @@ class HostConnections(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         url = request.url
-        ip = request.extensions.get(VETTED_IP)
-        host = url.raw_host if ip is None else ip.encode("ascii")
         core = httpcore.Request(
             method=request.method,
-            url=httpcore.URL(scheme=url.raw_scheme, host=host, port=url.port, target=url.raw_path),
+            url=httpcore.URL(
+                scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path
+            ),
             headers=request.headers.raw,
             content=request.content,
             extensions=request.extensions,
@@ -130,9 +145,22 @@ class HostConnections(httpx.AsyncBaseTransport):
         )
         return response.status, retry_after, content[:max_body]
 
-    async def _open(
-        self, core: httpcore.Request
-    ) -> tuple[httpcore.AsyncHTTPConnection, httpcore.Response]:
+    async def exchange(self, request: httpcore.Request) -> tuple[Connection, httpcore.Response]:
+        """Send `request` (an httpcore request, its URL's host the vetted address) and return
+        the connection and the answer's head (httpx's exception types on failure). The caller
+        reads the body from `response.stream` and must then call `finish`."""
+        return await self._open(request)
+
+    async def finish(self, conn: Connection, response: httpcore.Response) -> None:
+        """Close `response` (its connection too if its body was not read to the end) and hand
+        `conn` back, kept idle if it can serve another request."""
+        try:
+            with trio.CancelScope(shield=True):
+                await response.aclose()
+        finally:
+            await self._release(conn)
+
+    async def _open(self, core: httpcore.Request) -> tuple[Connection, httpcore.Response]:
         """`core` sent on an idle connection (or a new one): the connection and its answer's
         head; the caller reads the body and hands the connection back."""
         if self._closed:
@@ -149,7 +177,7 @@ class HostConnections(httpx.AsyncBaseTransport):
             raise
         return conn, response
 
-    def _connect(self, origin: httpcore.Origin) -> httpcore.AsyncHTTPConnection:
+    def _connect(self, origin: httpcore.Origin) -> Connection:
         self.opened += 1
         return httpcore.AsyncHTTPConnection(
             origin,
@@ -158,7 +186,7 @@ class HostConnections(httpx.AsyncBaseTransport):
             network_backend=self._backend,
         )
 
-    async def _take(self, origin: httpcore.Origin) -> httpcore.AsyncHTTPConnection | None:
+    async def _take(self, origin: httpcore.Origin) -> Connection | None:
         """The most recently used idle connection that can still serve `origin`; the others
         taken on the way (expired, closed by the server, another address) are closed."""
         while self._idle:
@@ -168,13 +196,13 @@ class HostConnections(httpx.AsyncBaseTransport):
             await self._discard(conn)
         return None
 
-    async def _release(self, conn: httpcore.AsyncHTTPConnection) -> None:
+    async def _release(self, conn: Connection) -> None:
         if not self._closed and conn.is_idle() and len(self._idle) < self.max_idle:
             self._idle.append(conn)
         else:
             await self._discard(conn)
 
-    async def _discard(self, conn: httpcore.AsyncHTTPConnection) -> None:
+    async def _discard(self, conn: Connection) -> None:
         with trio.CancelScope(shield=True):
             await conn.aclose()
 
@@ -192,11 +220,11 @@ class _Answer(httpx.AsyncByteStream):
     def __init__(
         self,
         owner: HostConnections,
-        conn: httpcore.AsyncHTTPConnection,
+        conn: Connection,
         response: httpcore.Response,
     ) -> None:
         self._owner = owner
-        self._conn: httpcore.AsyncHTTPConnection | None = conn
+        self._conn: Connection | None = conn
         self._response = response
 
     async def __aiter__(self) -> AsyncIterator[bytes]:

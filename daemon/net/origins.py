@@ -7,7 +7,8 @@
 # scripts/bench_crawl.py). The crawl caps its requests in flight itself (the global fetch slots
 # and the per-host gate), so all this needs to do is what HostConnections does for one webhook
 # host (daemon/net/connections.py), per origin: a stack of idle connections for each (scheme,
-# address, port), the one taken checked once, put back once its answer was read to the end.
+# address, port), the one taken checked once, put back once its answer was read to the end. The
+# connections are daemon/net/h1.py's, not httpcore's: one request at a time each, no locks.
 #
 # Bounds: at most `max_idle` connections idle in all, the longest idle closed first when another
 # is put back; an idle connection past its keep-alive is closed when any connection is put back
@@ -21,7 +22,8 @@ from collections import OrderedDict
 import httpcore
 import trio
 
-from daemon.net.connections import KEEPALIVE_S, HostConnections
+from daemon.net.connections import KEEPALIVE_S, Connection, HostConnections
+from daemon.net.h1 import H1Connection
 
 Key = tuple[bytes, bytes, int]
 """An origin's (scheme, host, port): httpcore.Origin is not hashable."""
@@ -44,22 +46,28 @@ class OriginConnections(HostConnections):
     ) -> None:
         super().__init__(max_idle=max_idle, ssl_context=ssl_context,
                          keepalive_expiry=keepalive_expiry)  # fmt: skip
-        self._origin: dict[httpcore.AsyncHTTPConnection, Key] = {}
+        self._origin: dict[Connection, Key] = {}
         """Every open connection's origin."""
-        self._stacks: dict[Key, list[httpcore.AsyncHTTPConnection]] = {}
-        self._since: OrderedDict[httpcore.AsyncHTTPConnection, float] = OrderedDict()
+        self._stacks: dict[Key, list[Connection]] = {}
+        self._since: OrderedDict[Connection, float] = OrderedDict()
         """The idle connections, longest idle first, with when they were put back."""
 
     @property
     def idle(self) -> int:
         return len(self._since)
 
-    def _connect(self, origin: httpcore.Origin) -> httpcore.AsyncHTTPConnection:
-        conn = super()._connect(origin)
+    def _connect(self, origin: httpcore.Origin) -> Connection:
+        self.opened += 1
+        conn = H1Connection(
+            origin,
+            ssl_context=self.ssl_context,
+            keepalive_expiry=self.keepalive_expiry,
+            network_backend=self._backend,
+        )
         self._origin[conn] = _key(origin)
         return conn
 
-    async def _take(self, origin: httpcore.Origin) -> httpcore.AsyncHTTPConnection | None:
+    async def _take(self, origin: httpcore.Origin) -> Connection | None:
         key = _key(origin)
         stack = self._stacks.get(key)
         while stack:
@@ -72,7 +80,7 @@ class OriginConnections(HostConnections):
             await self._discard(conn)
         return None
 
-    async def _release(self, conn: httpcore.AsyncHTTPConnection) -> None:
+    async def _release(self, conn: Connection) -> None:
         if self._closed or not conn.is_idle():
             await self._discard(conn)
             return
@@ -86,7 +94,7 @@ class OriginConnections(HostConnections):
             self._unstack(oldest)
             await self._discard(oldest)
 
-    def _unstack(self, conn: httpcore.AsyncHTTPConnection) -> None:
+    def _unstack(self, conn: Connection) -> None:
         del self._since[conn]
         origin = self._origin[conn]
         stack = self._stacks[origin]
@@ -94,7 +102,7 @@ class OriginConnections(HostConnections):
         if not stack:
             del self._stacks[origin]
 
-    async def _discard(self, conn: httpcore.AsyncHTTPConnection) -> None:
+    async def _discard(self, conn: Connection) -> None:
         self._origin.pop(conn, None)
         await super()._discard(conn)
 

@@ -11,7 +11,7 @@
 # extension makes TLS send the original name as SNI and verify the certificate against it
 # (httpcore/_async/connection.py passes it as `server_hostname` to start_tls). Redirects are
 # never followed (a 3xx is a failed attempt), so there is no second hop to re-check. The crawl
-# engine (daemon/crawl/fetching/fetch.py) reuses `vet_url` and `pinned_request` for GETs and vets
+# engine (daemon/crawl/fetching/fetch.py) reuses `vet_url` and `pinned_core_get` for GETs and vets
 # each redirect hop itself; it passes a `resolver` so tests can map test host names to 127.0.0.1.
 #
 # The ranges are listed here rather than taken from `ipaddress.is_global`, whose answers change
@@ -44,7 +44,7 @@ import msgspec
 import trio
 
 from daemon.net import tls
-from daemon.net.connections import VETTED_IP, HostConnections
+from daemon.net.connections import HostConnections
 from daemon.net.ttlcache import TtlCache
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -206,6 +206,22 @@ async def system_resolver(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
+@functools.lru_cache(maxsize=4096)
+def _literal(host: str) -> str | None:
+    """`host` as the compressed text of the IP address it spells, or None for a name."""
+    try:
+        return ipaddress.ip_address(host).compressed
+    except ValueError:
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _verdict(address: str, allow: tuple[Network, ...]) -> str | None:
+    """`is_blocked(address, allow)`, remembered: a pure function of its arguments, asked again
+    for every page of a crawl (parsing the address was most of a vetting's time)."""
+    return is_blocked(address, allow)
+
+
 async def vet_url(
     url: str | httpx.URL, allow: Sequence[Network] = (), *, resolver: Resolver | None = None
 ) -> Vetted:
@@ -226,12 +242,9 @@ async def vet_url(
     if not host:
         raise BlockedAddress("the URL has no host")
     port = parsed.port or (443 if scheme == "https" else 80)
-    try:
-        literal: IPAddress | None = ipaddress.ip_address(host)
-    except ValueError:
-        literal = None
+    literal = _literal(host)
     if literal is not None:
-        candidates = [literal.compressed]
+        candidates = [literal]
     else:
         try:
             candidates = await (resolver or system_resolver)(host, port)
@@ -240,8 +253,9 @@ async def vet_url(
         if not candidates:
             raise ResolutionFailed(f"cannot resolve {host}: no addresses")
     reasons = []
+    allowed = allow if isinstance(allow, tuple) else tuple(allow)
     for candidate in candidates:
-        reason = is_blocked(candidate, allow)
+        reason = _verdict(candidate, allowed)
         if reason is None:
             return Vetted(ip=candidate.split("%", 1)[0], host=host, port=port, scheme=scheme)
         reasons.append(reason)
@@ -321,23 +335,35 @@ def _client_headers() -> httpx.Headers:
 _CLIENT_HEADERS = _client_headers()
 
 
-def pinned_get(
-    url: httpx.URL, vetted: Vetted, headers: Mapping[str, str], timeout: httpx.Timeout
-) -> httpx.Request:
-    """A GET of `url` to `vetted.ip`, keeping the URL's Host header and TLS SNI, for a
-    HostConnections transport (daemon/net/connections.py), which connects to the `vetted_ip`
-    extension instead of the URL's host (the URL is not parsed again to put the address in it:
-    that was a tenth of a crawled page's time on the event loop). The headers are those an
-    httpx client would send (its defaults, then `headers`, which win over them whatever their
-    case), without the client's layers around the exchange (cookies, auth, event hooks,
-    redirects), which a fetch of vetted hops does not use."""
+@functools.lru_cache(maxsize=256)
+def _get_headers(headers: tuple[tuple[str, str], ...], host: str) -> list[tuple[bytes, bytes]]:
+    """The head of a GET as an httpx client would send it (its defaults, then `headers`, which
+    win over them whatever their case, then Host): a crawl sends the same few heads thousands
+    of times, so each is merged once."""
     merged = httpx.Headers(_CLIENT_HEADERS)
-    merged.update({k: v for k, v in headers.items() if k.lower() != "host"})
-    merged["Host"] = url.netloc.decode("ascii")
-    extensions: dict[str, Any] = {"timeout": timeout.as_dict(), VETTED_IP: vetted.ip}
+    merged.update({k: v for k, v in headers if k.lower() != "host"})
+    merged["Host"] = host
+    return merged.raw
+
+
+def pinned_core_get(
+    url: httpx.URL, vetted: Vetted, headers: Mapping[str, str], timeout: dict[str, float | None]
+) -> httpcore.Request:
+    """A GET of `url` to `vetted.ip` as an httpcore request, keeping the URL's Host header and
+    TLS SNI, for a HostConnections transport (daemon/net/connections.py): the connection goes to
+    the vetted address, the request target and Host header are the URL's. The headers are those
+    an httpx client would send, without the client's layers around the exchange (cookies, auth,
+    event hooks, redirects), which a fetch of vetted hops does not use, and without an httpx
+    Request (a fetch reads the answer from httpcore: daemon/net/answers.py). `timeout` is
+    httpcore's extension (`httpx.Timeout.as_dict()`)."""
+    raw = _get_headers(tuple(headers.items()), url.netloc.decode("ascii"))
+    extensions: dict[str, Any] = {"timeout": timeout}
     if vetted.scheme == "https":
         extensions["sni_hostname"] = vetted.host
-    return httpx.Request("GET", url, headers=merged, extensions=extensions)
+    core_url = httpcore.URL(
+        scheme=url.raw_scheme, host=vetted.ip.encode("ascii"), port=url.port, target=url.raw_path
+    )
+    return httpcore.Request(b"GET", core_url, headers=list(raw), extensions=extensions)
 
 
 def pinned_core_post(

@@ -1,9 +1,13 @@
 from __future__ import annotations
 
 import functools
+import gzip
 import ssl
+import zlib
+from collections.abc import Callable
 from pathlib import Path
 
+import httpcore
 import httpx
 import pytest
 import trio
@@ -15,6 +19,8 @@ from daemon.fakes.site import SiteSim, host_map_resolver
 from daemon.net.origins import OriginConnections
 
 from .conftest import policy
+
+Exchanged = tuple[httpcore.AsyncHTTPConnection, httpcore.Response]
 
 
 async def test_fetch_page(site: SiteSim, fetcher: Fetcher) -> None:
@@ -64,13 +70,13 @@ async def test_redirect_to_metadata_is_refused_by_decision(
     site: SiteSim, fetcher: Fetcher, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sent: list[str] = []
-    real_send = OriginConnections.handle_async_request
+    real_send = OriginConnections.exchange
 
-    async def spy(self: OriginConnections, request: httpx.Request) -> httpx.Response:
+    async def spy(self: OriginConnections, request: httpcore.Request) -> Exchanged:
         sent.append(str(request.url))
         return await real_send(self, request)
 
-    monkeypatch.setattr(OriginConnections, "handle_async_request", spy)
+    monkeypatch.setattr(OriginConnections, "exchange", spy)
     with pytest.raises(FetchError) as info:
         await fetcher.fetch(site.url("/redirect/metadata"))
     assert info.value.code == "CRAWL_DENIAL"
@@ -205,30 +211,32 @@ async def test_tls_error(fetcher: Fetcher) -> None:
 async def test_user_agent_and_caller_headers(
     site: SiteSim, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sent: list[httpx.Request] = []
-    real_send = OriginConnections.handle_async_request
+    sent: list[httpx.Headers] = []
+    vetted: list[bytes] = []
+    real_send = OriginConnections.exchange
 
-    async def spy(self: OriginConnections, request: httpx.Request) -> httpx.Response:
-        sent.append(request)
+    async def spy(self: OriginConnections, request: httpcore.Request) -> Exchanged:
+        sent.append(httpx.Headers(request.headers))
+        vetted.append(request.url.host)
         return await real_send(self, request)
 
-    monkeypatch.setattr(OriginConnections, "handle_async_request", spy)
+    monkeypatch.setattr(OriginConnections, "exchange", spy)
     async with Fetcher(policy(), resolver=host_map_resolver()) as fetcher:
         await fetcher.fetch(
             site.url("/redirect/www"),
             headers={"Authorization": "Bearer x", "X-Custom": "1", "Host": "evil.test"},
         )
     first, second = sent
-    assert first.headers["user-agent"] == "crawld-test FirecrawlAgent"
-    assert first.headers["accept"] == "*/*"  # as an httpx client sends it
-    assert first.headers["accept-encoding"] == "gzip, deflate"
-    assert "cookie" not in first.headers
-    assert first.headers["host"] == f"site.test:{site.port}"
-    assert first.extensions["vetted_ip"] == "127.0.0.1"  # where it goes: not the name again
-    assert first.headers["authorization"] == "Bearer x"
-    assert second.headers["host"] == f"www.site.test:{site.port}"
-    assert "authorization" not in second.headers  # dropped across origins
-    assert second.headers["x-custom"] == "1"
+    assert first["user-agent"] == "crawld-test FirecrawlAgent"
+    assert first["accept"] == "*/*"  # as an httpx client sends it
+    assert first["accept-encoding"] == "gzip, deflate"
+    assert "cookie" not in first
+    assert first["host"] == f"site.test:{site.port}"
+    assert vetted == [b"127.0.0.1", b"127.0.0.1"]  # where it goes: the vetted address
+    assert first["authorization"] == "Bearer x"
+    assert second["host"] == f"www.site.test:{site.port}"
+    assert "authorization" not in second  # dropped across origins
+    assert second["x-custom"] == "1"
 
 
 async def test_host_gate_limits_concurrency(autojump_clock: trio.abc.Clock) -> None:
@@ -312,12 +320,17 @@ async def test_outcomes_are_counted(site: SiteSim, fetcher: Fetcher) -> None:
     assert fetches.labels("SCRAPE_UNSUPPORTED_FILE_ERROR")._value.get() == unsupported + 1
 
 
-async def _serve_raw(nursery: trio.Nursery, answer: bytes) -> int:
-    """A one-shot HTTP server that writes `answer` verbatim and closes the connection."""
+async def _serve_raw(nursery: trio.Nursery, answer: bytes, heads: list[bytes] | None = None) -> int:
+    """A one-shot HTTP server that writes `answer` verbatim and closes the connection; the
+    request heads it read go to `heads`."""
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
 
     async def handler(stream: trio.SocketStream) -> None:
-        await stream.receive_some(65536)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += await stream.receive_some(65536)
+        if heads is not None:
+            heads.append(head)
         await stream.send_all(answer)
         await stream.aclose()
 
@@ -351,8 +364,6 @@ async def test_chunked_body_cut_is_an_error(fetcher: Fetcher) -> None:
 
 
 async def test_gzip_bomb_hits_the_size_cap(fetcher: Fetcher) -> None:
-    import gzip
-
     bomb = gzip.compress(b"<p>" + b"a" * 4_000_000)
     answer = (
         b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: gzip\r\n"
@@ -366,6 +377,88 @@ async def test_gzip_bomb_hits_the_size_cap(fetcher: Fetcher) -> None:
             await fetcher.fetch(f"http://site.test:{port}/")
         nursery.cancel_scope.cancel()
     assert "size cap" in info.value.message
+
+
+async def test_direct_get_on_the_wire(fetcher: Fetcher) -> None:
+    """The head of a direct hop's GET, byte for byte: an httpx client's default headers, the
+    policy's, then the caller's (which replace a default of the same name whatever its case);
+    Host first, with the URL's name, while the connection goes to the vetted address."""
+    heads: list[bytes] = []
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 2\r\n"
+        b"Connection: close\r\n\r\nhi"
+    )
+    async with trio.open_nursery() as nursery:
+        port = await _serve_raw(nursery, answer, heads)
+        await fetcher.fetch(
+            f"http://site.test:{port}/a%20b/c?q=1&x=%C3%A9#frag",
+            headers={"X-Custom": "v", "accept": "text/html"},
+        )
+        await fetcher.fetch(f"http://site.test:{port}/p")
+        nursery.cancel_scope.cancel()
+    host = f"Host: site.test:{port}".encode()
+    assert heads == [
+        b"GET /a%20b/c?q=1&x=%C3%A9 HTTP/1.1\r\n" + host + b"\r\nConnection: keep-alive\r\n"
+        b"User-Agent: crawld-test FirecrawlAgent\r\nAccept-Encoding: gzip, deflate\r\n"
+        b"X-Custom: v\r\naccept: text/html\r\n\r\n",
+        b"GET /p HTTP/1.1\r\n" + host + b"\r\nAccept: */*\r\nConnection: keep-alive\r\n"
+        b"User-Agent: crawld-test FirecrawlAgent\r\nAccept-Encoding: gzip, deflate\r\n\r\n",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("coding", "encode"),
+    [
+        ("gzip", gzip.compress),
+        ("deflate", zlib.compress),
+        ("deflate, gzip", lambda b: gzip.compress(zlib.compress(b))),
+        ("identity", lambda b: b),
+        ("x-unknown", lambda b: b),
+    ],
+)
+async def test_bodies_are_decoded_and_headers_joined(
+    fetcher: Fetcher, coding: str, encode: Callable[[bytes], bytes]
+) -> None:
+    body = encode(b"<p>decoded</p>")
+    answer = (
+        f"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: {coding}\r\n"
+        f"X-Seen: 1\r\nx-seen: 2\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    async with trio.open_nursery() as nursery:
+        port = await _serve_raw(nursery, answer)
+        result = await fetcher.fetch(f"http://site.test:{port}/")
+        nursery.cancel_scope.cancel()
+    assert result.body == b"<p>decoded</p>"
+    assert result.headers == {
+        "content-type": "text/html",
+        "content-encoding": coding,
+        "x-seen": "1, 2",
+        "content-length": str(len(body)),
+    }
+
+
+async def test_a_corrupt_encoding_is_an_error(fetcher: Fetcher) -> None:
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: gzip\r\n"
+        b"Content-Length: 9\r\n\r\nnot gzip!"
+    )
+    async with trio.open_nursery() as nursery:
+        port = await _serve_raw(nursery, answer)
+        with pytest.raises(FetchError) as info:
+            await fetcher.fetch(f"http://site.test:{port}/")
+        nursery.cancel_scope.cancel()
+    assert info.value.code == "SCRAPE_SITE_ERROR"
+    assert "DecodingError" in info.value.message
+
+
+async def test_a_declared_length_over_the_cap_is_refused_unread(fetcher: Fetcher) -> None:
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 40000\r\n\r\n"
+    async with trio.open_nursery() as nursery:
+        port = await _serve_raw(nursery, answer)
+        with pytest.raises(FetchError) as info:
+            await fetcher.fetch(f"http://site.test:{port}/")
+        nursery.cancel_scope.cancel()
+    assert "size cap (32768 bytes)" in info.value.message
 
 
 def test_policy_from_config() -> None:
@@ -483,3 +576,34 @@ async def test_host_gate_forgets_idle_hosts(autojump_clock: trio.abc.Clock) -> N
     async with gate.slot("plain.test"):
         assert len(gate) == 2
     assert len(gate) == 1  # no delay: forgotten as soon as idle
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "any_type", "outcome"),
+    [
+        (301, {"location": " /b "}, False, "http://s.test/b"),
+        (307, {"location": "https://o.test/x"}, False, "https://o.test/x"),
+        (304, {"location": "/b"}, False, None),  # not a redirect: its body is read
+        (302, {}, False, None),
+        (200, {"content-type": "text/html; charset=utf-8"}, False, None),
+        (200, {"content-type": "video/mp4"}, False, "SCRAPE_UNSUPPORTED_FILE_ERROR"),
+        (200, {"content-type": "video/mp4"}, True, None),
+        (200, {"content-length": "101"}, False, "SCRAPE_SITE_ERROR"),
+        (200, {"content-length": "101", "content-encoding": "gzip"}, False, None),
+        (200, {"content-length": "100"}, False, None),
+    ],
+)
+def test_redirect_or_refusal(
+    status: int, headers: dict[str, str], any_type: bool, outcome: str | None
+) -> None:
+    from daemon.crawl.fetching.fetch_rules import redirect_or_refusal
+
+    if outcome is not None and outcome.startswith("SCRAPE_"):
+        with pytest.raises(FetchError) as info:
+            redirect_or_refusal(status, headers, "http://s.test/", "http://s.test/a", any_type, 100)
+        assert info.value.code == outcome
+    else:
+        found = redirect_or_refusal(
+            status, headers, "http://s.test/", "http://s.test/a", any_type, 100
+        )
+        assert found == outcome

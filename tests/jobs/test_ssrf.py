@@ -200,6 +200,19 @@ async def test_unresolvable_name_fails_closed(resolver: FakeResolver) -> None:
     assert error_kind(caught.value) == "dns"
 
 
+async def test_remembered_verdicts_follow_the_allow_list() -> None:
+    """Verdicts are remembered per (address, allow list): asking again with another list, or
+    none, gives that list's answer, as the first time."""
+    loopback = tuple(parse_networks(["127.0.0.0/8"]))
+    for _ in range(2):
+        assert (await vet_url("http://127.0.0.1:8080/", loopback)).ip == "127.0.0.1"
+        with pytest.raises(BlockedAddress, match=r"loopback address 127\.0\.0\.1"):
+            await vet_url("http://127.0.0.1:8080/")
+        with pytest.raises(BlockedAddress, match="loopback"):
+            await vet_url("http://[::1]/", loopback)  # the list's network is IPv4 only
+        assert (await vet_url("http://[::ffff:127.0.0.1]/", loopback)).ip == "::ffff:7f00:1"
+
+
 async def test_literal_ip_is_not_resolved(resolver: FakeResolver) -> None:
     await vet_url("http://93.184.216.34/")
     assert resolver.asked == []

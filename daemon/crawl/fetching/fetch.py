@@ -15,12 +15,15 @@
 # session verified for another name on the same address. Those sets are httpx transports of
 # daemon/net/origins.py, not httpcore's pool, whose scans of every pooled connection per request
 # cost a fifth of a page's time on the event loop (the crawl's fetch slots and HostGate bound the
-# requests in flight), and a direct hop's request is built whole by `ssrf.pinned_get` and handed to
-# the transport, without an httpx client's layers (cookies, auth, event hooks, redirects: none of
-# them used here, each paid per request). Resolutions are cached for a minute (a crawl asks for the
-# same host thousands of times); the cached addresses are vetted at every use. HostGate spaces
-# requests to one host (per-host concurrency and politeness delay) across every job, on trio's
-# clock.
+# requests in flight). A direct hop goes below httpx: its GET is built whole by
+# `ssrf.pinned_core_get` as httpcore's request (the headers an httpx client would send, without its
+# layers: cookies, auth, event hooks, redirects, none of them used here, each paid per request)
+# and its answer read from httpcore's response, decoded and its headers made text as httpx would
+# (daemon/net/answers.py): httpx's Request, Response and stream objects were a large part of a
+# page's CPU on the event loop. Proxied hops stay on httpx's client. Resolutions are cached for a
+# minute (a crawl asks for the same host thousands of times); the cached addresses are vetted at
+# every use. HostGate spaces requests to one host (per-host concurrency and politeness delay)
+# across every job, on trio's clock.
 #
 # Outbound proxies (`[crawl] proxies`, daemon/crawl/proxies.py): the target is vetted exactly as
 # above FIRST, so a name resolving to a private or metadata address is refused before a proxy
@@ -38,11 +41,11 @@ from __future__ import annotations
 import http.cookiejar
 import ssl
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
-from urllib.parse import urljoin
+from typing import Any, cast
 
+import httpcore
 import httpx
 import msgspec
 import trio
@@ -54,11 +57,15 @@ from daemon.crawl.fetching.fetch_rules import (
     accepted_content_type,
     http_failure,
     proxy_failure,
+    redirect_or_refusal,
     shown_url,
+    too_big,
 )
 from daemon.crawl.fetching.hostgate import HostGate
 from daemon.crawl.proxies import RETRY_STATUSES, Proxies, ProxyServer, Rotation, Upstream
 from daemon.metrics import REGISTRY
+from daemon.net.answers import content_decoder, header_text
+from daemon.net.connections import httpx_error
 from daemon.net.origins import OriginConnections
 from daemon.net.ssrf import (
     BlockedAddress,
@@ -66,7 +73,7 @@ from daemon.net.ssrf import (
     Resolver,
     Vetted,
     parse_networks,
-    pinned_get,
+    pinned_core_get,
     system_resolver,
     vet_url,
 )
@@ -82,7 +89,6 @@ __all__ = [
     "accepted_content_type",
 ]
 
-REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _CROSS_ORIGIN_DROPPED = frozenset({"authorization", "cookie", "proxy-authorization"})
 _CALLER_DROPPED = frozenset(
     {"host", "content-length", "transfer-encoding", "connection", "accept-encoding"}
@@ -91,7 +97,7 @@ _PROXY_DROPPED = frozenset({"proxy-authorization", "proxy-connection"})
 _HTTPS_CLIENTS = 64
 Sender = httpx.AsyncClient | OriginConnections
 """A proxy's client, or the connections a hop goes to directly (no client layers: the request
-is built whole by `pinned_get`)."""
+is built whole by `pinned_core_get`)."""
 _HTTP_IDLE = 64
 """Keep-alive connections kept idle over every plain-http host."""
 _HTTPS_IDLE = 8
@@ -205,9 +211,10 @@ class Fetcher:
         self._dns: TtlCache[tuple[str, int], list[str]] = TtlCache(
             DNS_CACHE_SECONDS, _DNS_CACHE_SIZE
         )
-        self._allow = parse_networks(policy.allow_cidrs)
+        self._allow = tuple(parse_networks(policy.allow_cidrs))
         self._tls: dict[bool, ssl.SSLContext] = {}
         self._timeouts = httpx.Timeout(policy.timeout, connect=policy.connect_timeout)
+        self._core_timeouts = self._timeouts.as_dict()
         self._http = OriginConnections(max_idle=_HTTP_IDLE)
         self._https: OrderedDict[tuple[str, bool], OriginConnections] = OrderedDict()
         self._in_use: dict[int, int] = {}
@@ -413,7 +420,9 @@ class Fetcher:
         client: Sender
         if upstream is None:
             client = self._transport(vetted.scheme, vetted.host, verify)
-            request = pinned_get(target, vetted, headers, timeouts)
+            request: httpx.Request | httpcore.Request = pinned_core_get(
+                target, vetted, headers, self._core_timeouts
+            )
         else:
             # The vetted name goes to the proxy, which resolves it itself.
             client = self._proxied_client(upstream, verify)
@@ -447,7 +456,7 @@ class Fetcher:
     async def _exchange(
         self,
         client: Sender,
-        request: httpx.Request,
+        request: httpx.Request | httpcore.Request,
         url: str,
         current: str,
         redirects: list[str],
@@ -455,73 +464,104 @@ class Fetcher:
         upstream: Upstream | None = None,
     ) -> FetchResult | str:
         """One hop: the final FetchResult, or the absolute URL a redirect points to."""
+        if isinstance(client, OriginConnections):
+            assert isinstance(request, httpcore.Request)
+            return await self._direct(client, request, url, current, redirects, any_content_type)
+        assert isinstance(request, httpx.Request) and upstream is not None
         try:
-            response = await _send(client, request)
+            response = await client.send(request, follow_redirects=False, stream=True)
         except httpx.HTTPError as exc:
-            if upstream is None:
-                raise http_failure(exc, current) from None
             error = proxy_failure(exc, current, upstream)
             self.proxies.count(upstream, error.code)
             raise error from None
-        if upstream is not None:
-            if response.status_code == 407:  # the proxy's answer to an absolute-form request
-                await response.aclose()
-                self.proxies.count(upstream, "SCRAPE_SITE_ERROR")
-                raise FetchError(
-                    "SCRAPE_SITE_ERROR",
-                    f"proxy {upstream.name} refused the credentials (407) for {shown_url(current)}",
-                    url,
-                )
-            self.proxies.count(upstream, "ok")
-        try:
-            location = response.headers.get("location")
-            if response.status_code in REDIRECT_STATUSES and location:
-                try:
-                    return urljoin(current, location.strip())
-                except ValueError:
-                    raise FetchError(
-                        "SCRAPE_SITE_ERROR", "redirect to an invalid URL", url
-                    ) from None
-            content_type = response.headers.get("content-type", "")
-            if not any_content_type and not accepted_content_type(content_type):
-                kind = content_type.split(";", 1)[0].strip()
-                raise FetchError(
-                    "SCRAPE_UNSUPPORTED_FILE_ERROR", f"unsupported content type {kind!r}", url
-                )
-            body = await self._read_capped(response, url, current)
-            return FetchResult(
-                requested_url=url,
-                url=current,
-                status_code=response.status_code,
-                content_type=content_type,
-                headers={k.lower(): v for k, v in response.headers.items()},
-                body=body,
-                redirects=list(redirects),
+        if response.status_code == 407:  # the proxy's answer to an absolute-form request
+            await response.aclose()
+            self.proxies.count(upstream, "SCRAPE_SITE_ERROR")
+            raise FetchError(
+                "SCRAPE_SITE_ERROR",
+                f"proxy {upstream.name} refused the credentials (407) for {shown_url(current)}",
+                url,
             )
+        self.proxies.count(upstream, "ok")
+        try:
+            headers = dict(response.headers.items())
+            location = redirect_or_refusal(
+                response.status_code, headers, url, current, any_content_type, self.policy.max_bytes
+            )
+            if location is not None:
+                return location
+            body = bytearray()
+            try:
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > self.policy.max_bytes:
+                        raise too_big(url, self.policy.max_bytes)
+            except httpx.HTTPError as exc:
+                raise http_failure(exc, current) from None
+            return self._result(response.status_code, headers, body, url, current, redirects)
         finally:
             await response.aclose()
 
-    async def _read_capped(self, response: httpx.Response, url: str, current: str) -> bytes:
-        cap = self.policy.max_bytes
-        declared = response.headers.get("content-length", "")
-        too_big = FetchError(
-            "SCRAPE_SITE_ERROR", f"page larger than the size cap ({cap} bytes)", url
-        )
-        if (
-            declared.isdigit()
-            and int(declared) > cap
-            and "content-encoding" not in response.headers
-        ):
-            raise too_big
-        body = bytearray()
+    async def _direct(
+        self,
+        transport: OriginConnections,
+        request: httpcore.Request,
+        url: str,
+        current: str,
+        redirects: list[str],
+        any_content_type: bool,
+    ) -> FetchResult | str:
+        """A direct hop's exchange on httpcore's objects (no httpx Request or Response), its
+        answer read as httpx would (daemon/net/answers.py)."""
         try:
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > cap:
-                    raise too_big
+            conn, response = await transport.exchange(request)
         except httpx.HTTPError as exc:
             raise http_failure(exc, current) from None
-        return bytes(body)
+        try:
+            headers = header_text(response.headers)
+            location = redirect_or_refusal(
+                response.status, headers, url, current, any_content_type, self.policy.max_bytes
+            )
+            if location is not None:
+                return location
+            decoder = content_decoder(headers)
+            body = bytearray()
+            try:
+                cap = self.policy.max_bytes
+                async for chunk in cast(AsyncIterable[bytes], response.stream):
+                    body += decoder.decode(chunk)
+                    if len(body) > cap:
+                        raise too_big(url, self.policy.max_bytes)
+                body += decoder.flush()
+                if len(body) > cap:
+                    raise too_big(url, self.policy.max_bytes)
+            except Exception as exc:
+                mapped = httpx_error(exc)
+                if isinstance(mapped, httpx.HTTPError):
+                    raise http_failure(mapped, current) from None
+                raise
+            return self._result(response.status, headers, body, url, current, redirects)
+        finally:
+            await transport.finish(conn, response)
+
+    @staticmethod
+    def _result(
+        status: int,
+        headers: dict[str, str],
+        body: bytearray,
+        url: str,
+        current: str,
+        redirects: list[str],
+    ) -> FetchResult:
+        return FetchResult(
+            requested_url=url,
+            url=current,
+            status_code=status,
+            content_type=headers.get("content-type", ""),
+            headers=headers,
+            body=bytes(body),
+            redirects=list(redirects),
+        )
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -536,15 +576,6 @@ class Fetcher:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
-
-
-async def _send(sender: Sender, request: httpx.Request) -> httpx.Response:
-    """The answer's head; its body is read from the response as a stream."""
-    if isinstance(sender, httpx.AsyncClient):
-        return await sender.send(request, follow_redirects=False, stream=True)
-    response = await sender.handle_async_request(request)
-    response.request = request
-    return response
 
 
 def _no_cookies() -> http.cookiejar.CookieJar:

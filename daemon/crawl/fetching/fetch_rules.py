@@ -1,10 +1,13 @@
-# The rules of fetching that need no connection: which content types are scraped, and how a
-# failed exchange reads as one of Firecrawl's error codes with a message safe to show (URLs
-# redacted, a proxy's credentials masked). Pure functions, tested with plain values; the Fetcher
+# The rules of fetching that need no connection: which content types are scraped, what an
+# answer's head says (a redirect, a refusal, or a body to read), and how a failed exchange reads
+# as one of Firecrawl's error codes with a message safe to show (URLs redacted, a proxy's
+# credentials masked). Pure functions, tested with plain values; the Fetcher
 # (daemon/crawl/fetching/fetch.py) applies them.
 from __future__ import annotations
 
 import ssl
+from collections.abc import Mapping
+from urllib.parse import urljoin
 
 import httpx
 
@@ -56,6 +59,45 @@ def accepted_content_type(content_type: str) -> bool:
         or kind in DOCUMENT_TYPES
         or kind.startswith(_DOCUMENT_PREFIXES)
         or kind.endswith(("+json", "+xml"))
+    )
+
+
+REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+
+
+def redirect_or_refusal(
+    status: int,
+    headers: Mapping[str, str],
+    url: str,
+    current: str,
+    any_content_type: bool,
+    max_bytes: int,
+) -> str | None:
+    """What an answer's head to `current` (a hop of the fetch of `url`) says: the absolute URL a
+    redirect points to, or None when its body is to be read. Raises FetchError for a content
+    type not scraped (unless `any_content_type`) or a declared length over `max_bytes` (a
+    compressed body is judged by its decoded bytes, as it is read). `headers` have lower-case
+    names."""
+    location = headers.get("location")
+    if status in REDIRECT_STATUSES and location:
+        try:
+            return urljoin(current, location.strip())
+        except ValueError:
+            raise FetchError("SCRAPE_SITE_ERROR", "redirect to an invalid URL", url) from None
+    content_type = headers.get("content-type", "")
+    if not any_content_type and not accepted_content_type(content_type):
+        kind = content_type.split(";", 1)[0].strip()
+        raise FetchError("SCRAPE_UNSUPPORTED_FILE_ERROR", f"unsupported content type {kind!r}", url)
+    declared = headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes and "content-encoding" not in headers:
+        raise too_big(url, max_bytes)
+    return None
+
+
+def too_big(url: str, max_bytes: int) -> FetchError:
+    """The error for a body over the size cap (decoded bytes count)."""
+    return FetchError(
+        "SCRAPE_SITE_ERROR", f"page larger than the size cap ({max_bytes} bytes)", url
     )
 
 
