@@ -338,16 +338,22 @@ async def _serve_raw(nursery: trio.Nursery, answer: bytes, heads: list[bytes] | 
     return int(listeners[0].socket.getsockname()[1])
 
 
-async def test_connection_cut_mid_body_is_an_error(fetcher: Fetcher) -> None:
-    answer = (
-        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 1000\r\n\r\n<p>only part"
-    )
+async def _refused_raw(fetcher: Fetcher, answer: bytes) -> FetchError:
+    """The FetchError of a fetch from a server answering `answer` verbatim."""
     async with trio.open_nursery() as nursery:
         port = await _serve_raw(nursery, answer)
         with pytest.raises(FetchError) as info:
             await fetcher.fetch(f"http://site.test:{port}/")
         nursery.cancel_scope.cancel()
-    assert info.value.code == "SCRAPE_SITE_ERROR"
+    return info.value
+
+
+async def test_connection_cut_mid_body_is_an_error(fetcher: Fetcher) -> None:
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: 1000\r\n\r\n<p>only part"
+    )
+    error = await _refused_raw(fetcher, answer)
+    assert error.code == "SCRAPE_SITE_ERROR"
 
 
 async def test_chunked_body_cut_is_an_error(fetcher: Fetcher) -> None:
@@ -355,12 +361,8 @@ async def test_chunked_body_cut_is_an_error(fetcher: Fetcher) -> None:
         b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nTransfer-Encoding: chunked\r\n\r\n"
         b"5\r\nhello\r\n"
     )
-    async with trio.open_nursery() as nursery:
-        port = await _serve_raw(nursery, answer)
-        with pytest.raises(FetchError) as info:
-            await fetcher.fetch(f"http://site.test:{port}/")
-        nursery.cancel_scope.cancel()
-    assert info.value.code == "SCRAPE_SITE_ERROR"
+    error = await _refused_raw(fetcher, answer)
+    assert error.code == "SCRAPE_SITE_ERROR"
 
 
 async def test_gzip_bomb_hits_the_size_cap(fetcher: Fetcher) -> None:
@@ -371,12 +373,7 @@ async def test_gzip_bomb_hits_the_size_cap(fetcher: Fetcher) -> None:
         + bomb
     )
     assert len(bomb) < 32 * 1024  # under the cap compressed, far over it decompressed
-    async with trio.open_nursery() as nursery:
-        port = await _serve_raw(nursery, answer)
-        with pytest.raises(FetchError) as info:
-            await fetcher.fetch(f"http://site.test:{port}/")
-        nursery.cancel_scope.cancel()
-    assert "size cap" in info.value.message
+    assert "size cap" in (await _refused_raw(fetcher, answer)).message
 
 
 async def test_direct_get_on_the_wire(fetcher: Fetcher) -> None:
@@ -442,13 +439,9 @@ async def test_a_corrupt_encoding_is_an_error(fetcher: Fetcher) -> None:
         b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Encoding: gzip\r\n"
         b"Content-Length: 9\r\n\r\nnot gzip!"
     )
-    async with trio.open_nursery() as nursery:
-        port = await _serve_raw(nursery, answer)
-        with pytest.raises(FetchError) as info:
-            await fetcher.fetch(f"http://site.test:{port}/")
-        nursery.cancel_scope.cancel()
-    assert info.value.code == "SCRAPE_SITE_ERROR"
-    assert "DecodingError" in info.value.message
+    error = await _refused_raw(fetcher, answer)
+    assert error.code == "SCRAPE_SITE_ERROR"
+    assert "DecodingError" in error.message
 
 
 async def test_a_declared_length_over_the_cap_is_refused_unread(fetcher: Fetcher) -> None:
