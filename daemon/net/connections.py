@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Protocol
 
 import httpcore
@@ -82,6 +82,10 @@ class HostConnections(httpx.AsyncBaseTransport):
     """Keep-alive HTTP/1.1 connections to one destination host; at most `max_idle` are kept
     idle. The caller caps how many requests run at once (one connection each)."""
 
+    connection_type: Callable[..., Connection] = httpcore.AsyncHTTPConnection
+    """What a connection is made as (`origin`, `ssl_context`, `keepalive_expiry`,
+    `network_backend`)."""
+
     def __init__(
         self,
         *,
@@ -114,7 +118,7 @@ class HostConnections(httpx.AsyncBaseTransport):
             content=request.content,
             extensions=request.extensions,
         )
-        conn, response = await self._open(core)
+        conn, response = await self.exchange(core)
         return httpx.Response(
             status_code=response.status,
             headers=response.headers,
@@ -126,7 +130,7 @@ class HostConnections(httpx.AsyncBaseTransport):
         """Send `request` (built by the caller, `Content-Length` included) and read at most
         `max_body` bytes of the answer: (status, Retry-After, body). The lean path of
         `ssrf.send_vetted`: no httpx Request, Response or stream objects around the exchange."""
-        conn, response = await self._open(request)
+        conn, response = await self.exchange(request)
         content = b""
         try:
             with _as_httpx_errors():
@@ -135,21 +139,11 @@ class HostConnections(httpx.AsyncBaseTransport):
                     if len(content) >= max_body:
                         break
         finally:
-            try:
-                with trio.CancelScope(shield=True):
-                    await response.aclose()  # an answer not read to the end closes conn
-            finally:
-                await self._release(conn)
+            await self.finish(conn, response)
         retry_after = next(
             (v.decode("latin-1") for k, v in response.headers if k.lower() == b"retry-after"), None
         )
         return response.status, retry_after, content[:max_body]
-
-    async def exchange(self, request: httpcore.Request) -> tuple[Connection, httpcore.Response]:
-        """Send `request` (an httpcore request, its URL's host the vetted address) and return
-        the connection and the answer's head (httpx's exception types on failure). The caller
-        reads the body from `response.stream` and must then call `finish`."""
-        return await self._open(request)
 
     async def finish(self, conn: Connection, response: httpcore.Response) -> None:
         """Close `response` (its connection too if its body was not read to the end) and hand
@@ -160,9 +154,10 @@ class HostConnections(httpx.AsyncBaseTransport):
         finally:
             await self._release(conn)
 
-    async def _open(self, core: httpcore.Request) -> tuple[Connection, httpcore.Response]:
-        """`core` sent on an idle connection (or a new one): the connection and its answer's
-        head; the caller reads the body and hands the connection back."""
+    async def exchange(self, core: httpcore.Request) -> tuple[Connection, httpcore.Response]:
+        """`core` (an httpcore request, its URL's host the vetted address) sent on an idle
+        connection or a new one: the connection and the answer's head (httpx's exception types
+        on failure). The caller reads the body from `response.stream`, then calls `finish`."""
         if self._closed:
             raise RuntimeError("the host's connections are closed")
         origin = core.url.origin
@@ -179,7 +174,7 @@ class HostConnections(httpx.AsyncBaseTransport):
 
     def _connect(self, origin: httpcore.Origin) -> Connection:
         self.opened += 1
-        return httpcore.AsyncHTTPConnection(
+        return self.connection_type(
             origin,
             ssl_context=self.ssl_context,
             keepalive_expiry=self.keepalive_expiry,
@@ -234,10 +229,5 @@ class _Answer(httpx.AsyncByteStream):
 
     async def aclose(self) -> None:
         conn, self._conn = self._conn, None
-        if conn is None:
-            return
-        try:
-            with trio.CancelScope(shield=True):
-                await self._response.aclose()  # an answer not read to the end closes conn
-        finally:
-            await self._owner._release(conn)
+        if conn is not None:
+            await self._owner.finish(conn, self._response)

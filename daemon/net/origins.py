@@ -37,6 +37,8 @@ class OriginConnections(HostConnections):
     """Keep-alive HTTP/1.1 connections to any origin; at most `max_idle` idle in all. The
     caller caps how many requests run at once (one connection each)."""
 
+    connection_type = H1Connection
+
     def __init__(
         self,
         *,
@@ -57,13 +59,7 @@ class OriginConnections(HostConnections):
         return len(self._since)
 
     def _connect(self, origin: httpcore.Origin) -> Connection:
-        self.opened += 1
-        conn = H1Connection(
-            origin,
-            ssl_context=self.ssl_context,
-            keepalive_expiry=self.keepalive_expiry,
-            network_backend=self._backend,
-        )
+        conn = super()._connect(origin)
         self._origin[conn] = _key(origin)
         return conn
 
