@@ -39,7 +39,6 @@
 from __future__ import annotations
 
 import http.cookiejar
-import ssl
 from collections import OrderedDict
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
@@ -64,6 +63,7 @@ from daemon.crawl.fetching.fetch_rules import (
 from daemon.crawl.fetching.hostgate import HostGate
 from daemon.crawl.proxies import RETRY_STATUSES, Proxies, ProxyServer, Rotation, Upstream
 from daemon.metrics import REGISTRY
+from daemon.net import tls
 from daemon.net.answers import content_decoder, header_text
 from daemon.net.connections import httpx_error
 from daemon.net.origins import OriginConnections
@@ -212,7 +212,8 @@ class Fetcher:
             DNS_CACHE_SECONDS, _DNS_CACHE_SIZE
         )
         self._allow = tuple(parse_networks(policy.allow_cidrs))
-        self._tls: dict[bool, ssl.SSLContext] = {}
+        self._unverified = httpx.create_ssl_context(False, trust_env=False)
+        """For `skipTlsVerification` (no CA bundle read: cheap to make)."""
         self._timeouts = httpx.Timeout(policy.timeout, connect=policy.connect_timeout)
         self._core_timeouts = self._timeouts.as_dict()
         self._http = OriginConnections(max_idle=_HTTP_IDLE)
@@ -254,8 +255,7 @@ class Fetcher:
         key = (host, verify)
         client = self._https.get(key)
         if client is None:
-            if (context := self._tls.get(verify)) is None:
-                context = self._tls[verify] = httpx.create_ssl_context(verify, trust_env=False)
+            context = self._unverified if not verify else tls.verifying(trust_env=False)
             client = OriginConnections(max_idle=_HTTPS_IDLE, ssl_context=context)
             self._https[key] = client
             while len(self._https) > _HTTPS_CLIENTS:
@@ -526,15 +526,15 @@ class Fetcher:
                 return location
             decoder = content_decoder(headers)
             body = bytearray()
+            cap = self.policy.max_bytes
             try:
-                cap = self.policy.max_bytes
                 async for chunk in cast(AsyncIterable[bytes], response.stream):
                     body += decoder.decode(chunk)
                     if len(body) > cap:
-                        raise too_big(url, self.policy.max_bytes)
+                        raise too_big(url, cap)
                 body += decoder.flush()
                 if len(body) > cap:
-                    raise too_big(url, self.policy.max_bytes)
+                    raise too_big(url, cap)
             except Exception as exc:
                 mapped = httpx_error(exc)
                 if isinstance(mapped, httpx.HTTPError):
