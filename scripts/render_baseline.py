@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,52 +67,42 @@ def _pss(entry: Path, page: int) -> int:
     return int((entry / "statm").read_text().split()[1]) * page
 
 
-def tree_rss(root: int) -> int:
-    """Memory of `root` and all its descendants: the sum of their PSS (shared pages split among
-    the processes sharing them, so Chromium's code is counted once), in bytes."""
+def _tree(root: int, value: Callable[[Path, list[str]], float]) -> tuple[float, float]:
+    """`value(entry, stat fields after the name)` of process `root`, and its sum over all of
+    `root`'s descendants, read from /proc once."""
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    page = os.sysconf("SC_PAGE_SIZE")
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-            rss[int(entry.name)] = _pss(entry, page)
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.name))
-    total, todo = 0, [root]
-    while todo:
-        pid = todo.pop()
-        total += rss.get(pid, 0)
-        todo += children.get(pid, [])
-    return total
-
-
-def tree_cpu(root: int) -> tuple[float, float]:
-    """CPU seconds (user and system, with the children each process reaped) of `root` alone and
-    of all its descendants."""
-    children: dict[int, list[int]] = {}
-    cpu: dict[int, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
+    values: dict[int, float] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
             fields = stat[stat.rindex(")") + 2 :].split()
-            cpu[int(entry.name)] = sum(int(f) for f in fields[11:15]) / tick
+            values[int(entry.name)] = value(entry, fields)
         except (OSError, ValueError, IndexError):
             continue
         children.setdefault(int(fields[1]), []).append(int(entry.name))
     total, todo = 0.0, list(children.get(root, []))
     while todo:
         pid = todo.pop()
-        total += cpu.get(pid, 0.0)
+        total += values.get(pid, 0.0)
         todo += children.get(pid, [])
-    return cpu.get(root, 0.0), total
+    return values.get(root, 0.0), total
+
+
+def tree_rss(root: int) -> int:
+    """Memory of `root` and all its descendants: the sum of their PSS (shared pages split among
+    the processes sharing them, so Chromium's code is counted once), in bytes."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    own, descendants = _tree(root, lambda entry, _: _pss(entry, page))
+    return int(own + descendants)
+
+
+def tree_cpu(root: int) -> tuple[float, float]:
+    """CPU seconds (user and system, with the children each process reaped) of `root` alone and
+    of all its descendants."""
+    tick = os.sysconf("SC_CLK_TCK")
+    return _tree(root, lambda _, fields: sum(int(f) for f in fields[11:15]) / tick)
 
 
 class Cdp:
